@@ -1,0 +1,69 @@
+"""Record codec: pure functions over bytes, no I/O.
+
+A record is a 4-byte big-endian *signed* int32 length N followed by N payload
+bytes, exactly as go-diskqueue writes it. Files have no header and no padding.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+HEADER: Final = struct.Struct(">i")
+HEADER_SIZE: Final = 4
+
+_pack = HEADER.pack
+_unpack_from = HEADER.unpack_from
+
+
+def frame(payloads: list[bytes]) -> bytes:
+    """Return the records for ``payloads`` concatenated into one buffer."""
+    parts: list[bytes] = []
+    append = parts.append
+    for p in payloads:
+        append(_pack(len(p)))
+        append(p)
+    return b"".join(parts)
+
+
+class ParseResult:
+    """What :func:`parse` found in a buffer.
+
+    ``records`` are ``(payload, file_num, end_offset)`` triples, where
+    ``end_offset`` is the file offset just past the record. ``stop`` is the offset
+    (from ``base``) where parsing stopped. ``bad_length`` is the length field
+    found at ``stop`` when it is outside the allowed range, else ``None``.
+    """
+
+    __slots__ = ("records", "stop", "bad_length")
+
+    def __init__(self, records: list[tuple[bytes, int, int]], stop: int, bad_length: int | None) -> None:
+        self.records = records
+        self.stop = stop
+        self.bad_length = bad_length
+
+
+def parse(
+    buf: bytes, base: int, file_num: int, min_size: int, max_size: int, max_records: int = -1
+) -> ParseResult:
+    """Parse whole records from ``buf``, which starts at file offset ``base``.
+
+    Parsing stops at the first record that does not fit in ``buf`` (an
+    incomplete tail: the caller decides whether more bytes may follow) or at a
+    length outside ``[min_size, max_size]`` (reported in ``bad_length``).
+    """
+    records: list[tuple[bytes, int, int]] = []
+    append = records.append
+    off = 0
+    size = len(buf)
+    while off + 4 <= size and max_records != 0:
+        (n,) = _unpack_from(buf, off)
+        if n < min_size or n > max_size:
+            return ParseResult(records, base + off, n)
+        end = off + 4 + n
+        if end > size:
+            break
+        append((buf[off + 4 : end], file_num, base + end))
+        off = end
+        max_records -= 1
+    return ParseResult(records, base + off, None)

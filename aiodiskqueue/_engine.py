@@ -1,0 +1,445 @@
+"""The ioLoop: one background task per queue that owns its files.
+
+It sleeps in ``asyncio.wait(..., return_when=FIRST_COMPLETED)`` on the put,
+purge, sync and exit requests, a read slot that is armed only while unread data
+waits on disk, and a periodic fsync timer. Each time it wakes it builds one
+:class:`~aiodiskqueue._store.Job` (write every pending put, sync, read ahead),
+runs it in a single hop on the queue's I/O thread, and applies the result. While
+a hop runs, producers keep appending to the next batch: the batch size adapts to
+the load, and many producers never mean many thread hops.
+
+The hot paths (``put``/``get``) live in :mod:`aiodiskqueue.queue` and touch
+only in-memory state held here; every file operation goes through the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections import deque
+from typing import Any
+
+from ._iothread import IOThread
+from ._layout import Layout
+from ._lock import QueueLock
+from ._meta import Meta
+from ._options import Options
+from ._scan import Record
+from ._store import Job, JobResult, OpenState, SegmentStore
+from .errors import DiskQueueError, QueueClosed
+
+log = logging.getLogger("aiodiskqueue")
+
+
+class State(enum.Enum):
+    """Life cycle of a queue object."""
+
+    NEW = "new"
+    OPEN = "open"
+    SHUTDOWN = "shutdown"  # no more puts; gets drain what is left
+    CLOSING = "closing"
+    CLOSED = "closed"
+    BROKEN = "broken"  # the engine failed; every call raises
+
+
+def _wake(fut: asyncio.Future[Any] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
+
+
+def _fail(waiters: list[asyncio.Future[None]], exc: BaseException) -> None:
+    for w in waiters:
+        if not w.done():
+            w.set_exception(exc)
+
+
+def _succeed(waiters: list[asyncio.Future[None]]) -> None:
+    for w in waiters:
+        if not w.done():
+            w.set_result(None)
+
+
+class Engine:
+    """State of one open queue, and the task that moves it to and from disk."""
+
+    def __init__(self, layout: Layout, opts: Options) -> None:
+        self.layout = layout
+        self.opts = opts
+        self.min_size = opts.min_msg_size
+        self.max_size = opts.max_msg_size
+        self.sync_every = opts.sync_every
+        self.maxsize = opts.maxsize
+        self.state = State.NEW
+        self.shutdown_immediate = False
+        self.error: BaseException | None = None  # why the queue is BROKEN
+        self.write_error: DiskQueueError | None = None  # a put_nowait batch that failed
+
+        # Write side: accepted, not yet written. ``unwritten`` also counts the batch in flight.
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.put_waiters: list[asyncio.Future[None]] = []
+        self.unwritten = 0
+        self.write_at = (0, 0)
+
+        # Read side: read ahead, not yet taken. Each entry is (payload, file_num, end_pos).
+        self.ready: deque[Record] = deque()
+        self.ready_bytes = 0
+        self.low_water = opts.read_buffer_bytes // 2
+        self.read_at = (0, 0)  # read-ahead cursor
+        self.read_file = 0  # consumer position: just past the last message taken
+        self.read_pos = 0
+        self.depth = 0  # written and not yet taken (ready messages included)
+        self.epoch = 0  # bumped by purge: results of older hops are stale
+
+        self.getters: deque[asyncio.Future[None]] = deque()
+        self.putters: deque[asyncio.Future[None]] = deque()  # blocked by maxsize
+        self.sync_waiters: list[asyncio.Future[None]] = []
+        self.purge_waiters: list[asyncio.Future[None]] = []
+        self.since_sync = 0
+
+        self.puts = 0
+        self.gets = 0
+        self.syncs = 0
+        self.bad_files = 0
+        self.bytes_on_disk = 0
+        self.recovered = 0
+
+        self.put_req: asyncio.Future[None] | None = None
+        self.sync_req: asyncio.Future[None] | None = None
+        self.purge_req: asyncio.Future[None] | None = None
+        self.exit_req: asyncio.Future[None] | None = None
+        self.read_slot: asyncio.Future[None] | None = None
+        self.timer: asyncio.Future[None] | None = None
+        self._timer_handle: asyncio.TimerHandle | None = None
+        self._sync_due_at = 0.0
+        self._force_meta = False
+        self._last_meta: Meta | None = None
+        self._batch_waiters: list[asyncio.Future[None]] = []
+        self._sync_batch: list[asyncio.Future[None]] = []
+        self._inflight: tuple[Job, asyncio.Future[JobResult], int] | None = None
+
+        self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
+                                  opts.max_msg_size)
+        self.lock = QueueLock(layout.lock_path)
+        self.io: IOThread | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ start / stop
+
+    async def start(self) -> None:
+        """Lock the queue, recover its state and start the ioLoop.
+
+        Raises QueueLocked if it is open elsewhere, DiskQueueError on I/O errors.
+        """
+        self.loop = asyncio.get_running_loop()
+        self.io = IOThread(f"aiodiskqueue-io-{self.layout.name}")
+        try:
+            st: OpenState = await self.io.run(self._open_blocking)
+        except BaseException as exc:
+            self.io.stop()
+            self.io = None
+            self.state = State.CLOSED
+            if isinstance(exc, OSError):
+                raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
+                                     f"{self.layout.directory!r}: {exc}") from exc
+            raise
+        m = st.meta
+        self.depth = m.depth
+        self.read_file, self.read_pos = m.read
+        self.read_at = m.read
+        self.write_at = m.write
+        self.bad_files = st.bad_files
+        self.bytes_on_disk = st.bytes_on_disk
+        self.recovered = st.recovered
+        self._last_meta = None  # the first sync always stores a meta of ours
+        self._force_meta = True
+        loop = self.loop
+        self.put_req = loop.create_future()
+        self.sync_req = loop.create_future()
+        self.purge_req = loop.create_future()
+        self.exit_req = loop.create_future()
+        self._sync_due_at = loop.time() + self.opts.sync_interval
+        self.state = State.OPEN
+        self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
+
+    def _open_blocking(self) -> OpenState:
+        import os
+
+        os.makedirs(self.layout.directory, exist_ok=True)
+        self.lock.acquire()
+        try:
+            return self.store.open()
+        except BaseException:
+            self.store.close()
+            self.lock.release()
+            raise
+
+    def request_exit(self) -> None:
+        """Ask the ioLoop to flush, sync and stop."""
+        _wake(self.exit_req)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        io = self.io
+        assert io is not None
+        try:
+            while True:
+                if self.purge_waiters:
+                    await self._purge()
+                    continue
+                job = self._build_job()
+                if job is None:
+                    if self.state is State.CLOSING:
+                        break
+                    await self._idle()
+                    continue
+                epoch = self.epoch
+                fut = io.run(self.store.run, job)
+                self._inflight = (job, fut, epoch)
+                # Shielded: if this task is cancelled, the hop still finishes and its
+                # result is applied in _finish(), so no put waiter is left hanging.
+                res = await asyncio.shield(fut)
+                self._inflight = None
+                self._apply(job, res, epoch)
+        except asyncio.CancelledError:
+            pass  # treated as a close: _finish() flushes and syncs
+        except BaseException as exc:
+            log.exception("%s: ioLoop failed", self.layout.meta_path)
+            self._break(exc)
+        finally:
+            await self._finish()
+
+    async def _finish(self) -> None:
+        """Apply the hop in flight, write what is pending, sync, close. Never raises."""
+        io = self.io
+        assert io is not None
+        try:
+            if self._inflight is not None:
+                job, fut, epoch = self._inflight
+                self._inflight = None
+                self._apply(job, await fut, epoch)
+            if self.state is not State.BROKEN:
+                self.state = State.CLOSING
+                for _ in range(3):  # pending writes, then the final sync; no endless retry
+                    if (job2 := self._build_job()) is None:
+                        break
+                    self._apply(job2, await io.run(self.store.run, job2), self.epoch)
+        except BaseException:
+            log.exception("%s: final flush failed", self.layout.meta_path)
+        try:
+            await io.run(self.store.close)
+        except BaseException:
+            log.exception("%s: error while closing", self.layout.meta_path)
+        io.stop()
+        self.lock.release()
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+        self.io = None
+        if self.state is not State.BROKEN:
+            self.state = State.CLOSED
+        err = self.closed_error()
+        for group in (self.put_waiters, self._batch_waiters, self.sync_waiters,
+                      self.purge_waiters):
+            _fail(group, err)
+        self.wake_all_getters()
+        self.wake_all_putters()
+
+    def _build_job(self) -> Job | None:
+        loop = self.loop
+        assert loop is not None
+        job = Job()
+        if self.pending:
+            job.payloads = self.pending
+            self._batch_waiters = self.put_waiters
+            n = len(self.pending)
+            self.pending = []
+            self.put_waiters = []
+            job.handoff = (self.read_at == self.write_at
+                           and self.ready_bytes + self.pending_bytes <= self.opts.read_buffer_bytes)
+            self.pending_bytes = 0
+            self.since_sync += n
+        else:
+            self._batch_waiters = []
+        closing = self.state is State.CLOSING
+        dirty = self.since_sync > 0 or self._meta_changed()
+        force = (self._force_meta or bool(self.sync_waiters) or closing
+                 or (dirty and loop.time() >= self._sync_due_at))
+        if (force or self.since_sync >= self.sync_every) and (dirty or self.sync_waiters):
+            job.sync = True
+            self._sync_batch = self.sync_waiters
+            self.sync_waiters = []
+            store_meta = (force or (self.read_file, self.read_pos) != self._last_read()
+                          or self.write_at[0] != self._last_write_file())
+            if store_meta:
+                job.meta_read = (self.read_file, self.read_pos)
+                job.meta_depth = self.depth
+            self.since_sync = 0
+            self._force_meta = False
+            self._sync_due_at = loop.time() + self.opts.sync_interval
+        else:
+            self._sync_batch = []
+        if (self.read_at < self.write_at and self.ready_bytes <= self.low_water
+                and not closing):
+            job.read_from = self.read_at
+            job.read_budget = self.opts.read_buffer_bytes - self.ready_bytes
+        if job.payloads is None and not job.sync and job.read_from is None:
+            return None
+        return job
+
+    def _last_read(self) -> tuple[int, int] | None:
+        return self._last_meta.read if self._last_meta is not None else None
+
+    def _last_write_file(self) -> int | None:
+        return self._last_meta.write_file_num if self._last_meta is not None else None
+
+    def _meta_changed(self) -> bool:
+        m = self._last_meta
+        return m is None or m.read != (self.read_file, self.read_pos) or m.write != self.write_at
+
+    def _apply(self, job: Job, res: JobResult, epoch: int) -> None:
+        batch, self._batch_waiters = self._batch_waiters, []
+        syncs, self._sync_batch = self._sync_batch, []
+        stale = epoch != self.epoch
+        self.write_at = res.write_at
+        self.bytes_on_disk = res.bytes_on_disk
+        if job.payloads is not None:
+            n = len(job.payloads)
+            self.unwritten -= n
+            if res.write_error is not None:
+                err = DiskQueueError(
+                    f"write to {self.layout.segment_path(self.write_at[0])} failed, "
+                    f"{n} message(s) not stored: {res.write_error}")
+                err.__cause__ = res.write_error
+                log.error("%s", err)
+                self.since_sync = max(0, self.since_sync - n)
+                if not batch:
+                    self.write_error = err
+                _fail(batch, err)
+            else:
+                if not stale:
+                    self.depth += n
+                if res.handoff is not None and not stale:
+                    self.ready.extend(res.handoff)
+                    self.ready_bytes += sum(len(r[0]) for r in res.handoff)
+                    self.read_at = res.write_at
+                if self.sync_every == 1 and not res.synced:
+                    err = DiskQueueError(f"fsync failed; {n} message(s) written but not "
+                                         f"known to be durable: {res.sync_error}")
+                    err.__cause__ = res.sync_error
+                    _fail(batch, err)
+                else:
+                    _succeed(batch)
+            for _ in range(min(len(self.putters), max(0, self.maxsize - self.qsize()))
+                           if self.maxsize else 0):
+                _wake(self.putters.popleft())
+        if job.sync:
+            if res.synced:
+                self.syncs += 1
+                if res.meta is not None:
+                    self._last_meta = res.meta
+                _succeed(syncs)
+            else:
+                err = DiskQueueError(f"sync of {self.layout.meta_path} failed: {res.sync_error}")
+                err.__cause__ = res.sync_error
+                log.error("%s", err)  # retried by the timer, one interval later
+                _fail(syncs, err)
+        if res.read_error is not None:
+            log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
+                      res.read_error)
+        elif job.read_from is not None and not stale and res.read_to is not None:
+            recs = res.records
+            if recs:
+                self.ready.extend(recs)
+                self.ready_bytes += sum(len(r[0]) for r in recs)
+            self.read_at = res.read_to
+        if res.quarantined and not stale:
+            self.bad_files += len(res.quarantined)
+            if res.remaining is not None:
+                self.depth = len(self.ready) + res.remaining
+        if self.ready and self.getters:
+            for _ in range(min(len(self.ready), len(self.getters))):
+                _wake(self.getters.popleft())
+
+    async def _idle(self) -> None:
+        loop = self.loop
+        assert loop is not None
+        waits: list[asyncio.Future[None]] = []
+        for name in ("put_req", "sync_req", "purge_req", "exit_req"):
+            fut = getattr(self, name)
+            if fut.done():  # consumed: re-arm
+                fut = loop.create_future()
+                setattr(self, name, fut)
+            waits.append(fut)
+        if self.state is State.CLOSING:
+            return
+        # The read slot is armed only while unread data waits on disk.
+        if self.read_at < self.write_at:
+            if self.read_slot is None or self.read_slot.done():
+                self.read_slot = loop.create_future()
+            waits.append(self.read_slot)
+        else:
+            self.read_slot = None
+        if self.since_sync > 0 or self._meta_changed():
+            if self.timer is None or self.timer.done():
+                self.timer = loop.create_future()
+                delay = max(0.0, self._sync_due_at - loop.time())
+                self._timer_handle = loop.call_later(delay, _wake, self.timer)
+            waits.append(self.timer)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+
+    async def _purge(self) -> None:
+        assert self.io is not None
+        waiters, self.purge_waiters = self.purge_waiters, []
+        try:
+            meta: Meta = await self.io.run(self.store.purge)
+        except OSError as exc:
+            err = DiskQueueError(f"purge of {self.layout.meta_path} failed: {exc}")
+            err.__cause__ = exc
+            _fail(waiters, err)
+            return
+        self.ready.clear()
+        self.ready_bytes = 0
+        self.depth = 0
+        self.read_file, self.read_pos = meta.read
+        self.read_at = meta.read
+        self.write_at = meta.write
+        self._last_meta = meta
+        self.bytes_on_disk = self.store.bytes_on_disk
+        _succeed(waiters)
+
+    def _break(self, exc: BaseException) -> None:
+        self.state = State.BROKEN
+        self.error = exc
+
+    # ------------------------------------------------------------------ helpers for the API
+
+    def qsize(self) -> int:
+        """Messages accepted and not yet taken."""
+        return self.depth + self.unwritten
+
+    def closed_error(self) -> DiskQueueError:
+        """The error for a call on a queue that is not open."""
+        if self.state is State.BROKEN:
+            return DiskQueueError(f"queue {self.layout.name!r} is broken: {self.error!r}")
+        if self.state is State.NEW:
+            return QueueClosed(f"queue {self.layout.name!r} is not open yet")
+        if self.state is State.SHUTDOWN:
+            return QueueClosed(f"queue {self.layout.name!r} is shut down")
+        return QueueClosed(f"queue {self.layout.name!r} is closed")
+
+    def wake_all_getters(self) -> None:
+        """Wake every blocked get() so it can see a state change."""
+        while self.getters:
+            _wake(self.getters.popleft())
+
+    def wake_all_putters(self) -> None:
+        """Wake every put() blocked on maxsize so it can see a state change."""
+        while self.putters:
+            _wake(self.putters.popleft())
+
+    def meta_snapshot(self) -> Meta:
+        """The positions as of now (the written side, not pending puts)."""
+        return Meta(self.depth, self.read_file, self.read_pos, *self.write_at)

@@ -1,0 +1,87 @@
+"""Validated options of a queue, and its statistics."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+MiB = 1 << 20
+
+
+def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def check_name(name: object) -> str:
+    """Validate a queue name: a non-empty string usable as a file name prefix.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if not name or name in (".", "..") or "/" in name or os.sep in name or "\0" in name:
+        raise ValueError(f"name must be a plain file name prefix, got {name!r}")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Options shared by every queue; see the README's options table."""
+
+    max_bytes_per_file: int = 100 * MiB
+    min_msg_size: int = 0
+    max_msg_size: int = MiB
+    sync_every: int = 2500
+    sync_interval: float = 2.0
+    maxsize: int = 0
+    read_buffer_bytes: int = 4 * MiB
+    write_buffer_bytes: int = 16 * MiB
+
+    def __post_init__(self) -> None:
+        _check_int("max_bytes_per_file", self.max_bytes_per_file, 1)
+        _check_int("min_msg_size", self.min_msg_size, 0, 2**31 - 1)
+        _check_int("max_msg_size", self.max_msg_size, 0, 2**31 - 1)
+        if self.min_msg_size > self.max_msg_size:
+            raise ValueError(
+                f"min_msg_size must be <= max_msg_size, got {self.min_msg_size} > "
+                f"{self.max_msg_size}"
+            )
+        _check_int("sync_every", self.sync_every, 1)
+        si = self.sync_interval
+        if isinstance(si, bool) or not isinstance(si, (int, float)):
+            raise TypeError(f"sync_interval must be a number, got {type(si).__name__}")
+        if not si > 0 or si != si or si == float("inf"):
+            raise ValueError(f"sync_interval must be a finite number > 0, got {si}")
+        _check_int("maxsize", self.maxsize, 0)
+        _check_int("read_buffer_bytes", self.read_buffer_bytes, 4096)
+        _check_int("write_buffer_bytes", self.write_buffer_bytes, 4096)
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """A snapshot of a queue's state and counters; plain numbers only."""
+
+    depth: int
+    """Messages accepted and not yet consumed (``qsize()``)."""
+    read_file_num: int
+    read_pos: int
+    write_file_num: int
+    write_pos: int
+    bad_files: int
+    """Segments quarantined as ``.bad`` since this queue object opened."""
+    bytes_on_disk: int
+    puts: int
+    gets: int
+    syncs: int
+    """Completed sync rounds: one per group commit, however many files it fsyncs."""
+    ready: int
+    """Messages read ahead into memory, ready for ``get_nowait()``."""
+    pending_writes: int
+    """Messages accepted but not yet written to the OS."""
+    recovered: int
+    """Records found on open past the meta file's write position."""

@@ -1,0 +1,146 @@
+"""Reading records out of segment files: one primitive shared by the engine,
+recovery on open, the command line tools and the Spark reader.
+
+All functions here are synchronous and read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ._codec import HEADER, HEADER_SIZE, parse
+
+Record = tuple[bytes, int, int]
+"""``(payload, file_num, end_offset)``: a message and the position just past it."""
+
+TORN = "torn"
+BAD_LENGTH = "bad_length"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Records read from one file between ``start`` and ``end``.
+
+    ``problem`` is None, :data:`TORN` (bytes before ``stop`` that do not make a
+    whole record) or :data:`BAD_LENGTH` (a length field outside the allowed
+    range at ``end``; the value is in ``bad_length``).
+    """
+
+    records: list[Record]
+    start: int
+    end: int
+    problem: str | None = None
+    bad_length: int | None = None
+
+
+def read_span(
+    fd: int,
+    file_num: int,
+    pos: int,
+    stop: int,
+    budget: int,
+    min_size: int,
+    max_size: int,
+) -> Span:
+    """Read whole records from ``fd`` starting at ``pos``, never past ``stop``.
+
+    Reads about ``budget`` bytes, but always at least one whole record when one
+    starts at ``pos`` (records may be larger than the budget). A problem is
+    reported only where it is certain: an incomplete record is :data:`TORN`
+    only if the bytes up to ``stop`` were all read.
+    """
+    want = min(stop - pos, max(budget, HEADER_SIZE))
+    if want <= 0:
+        return Span([], pos, pos)
+    buf = os.pread(fd, want, pos)
+    if len(buf) < want:  # the file is shorter than the caller believed
+        stop = pos + len(buf)
+    res = parse(buf, pos, file_num, min_size, max_size)
+    if res.bad_length is not None:
+        return Span(res.records, pos, res.stop, BAD_LENGTH, res.bad_length)
+    end = res.stop
+    if res.records or end == stop:
+        if end < stop and pos + len(buf) == stop:
+            return Span(res.records, pos, end, TORN)
+        return Span(res.records, pos, end)
+    # Not even one record fits in the budget: read exactly the first record.
+    if stop - end < HEADER_SIZE:
+        return Span([], pos, end, TORN)
+    (n,) = HEADER.unpack_from(buf, 0)
+    if n < min_size or n > max_size:
+        return Span([], pos, pos, BAD_LENGTH, n)
+    if pos + HEADER_SIZE + n > stop:
+        return Span([], pos, pos, TORN)
+    buf = os.pread(fd, HEADER_SIZE + n, pos)
+    res = parse(buf, pos, file_num, min_size, max_size, 1)
+    if not res.records:  # shorter than fstat said: truncated under us
+        return Span([], pos, pos, TORN)
+    return Span(res.records, pos, res.stop)
+
+
+def iter_spans(
+    path: str,
+    file_num: int,
+    pos: int,
+    stop: int | None,
+    min_size: int,
+    max_size: int,
+    chunk: int = 1 << 20,
+) -> Iterator[Span]:
+    """Yield the spans of one segment from ``pos`` to ``stop`` (None: end of file).
+
+    The last span yielded carries the problem, if any; iteration ends there.
+    Raises OSError if the file cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if stop is None:
+            stop = os.fstat(fd).st_size
+        while pos < stop:
+            span = read_span(fd, file_num, pos, stop, chunk, min_size, max_size)
+            yield span
+            if span.problem is not None or span.end == pos:
+                return
+            pos = span.end
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSummary:
+    """Result of :func:`scan_segment`: how many whole records, and where they end."""
+
+    file_num: int
+    path: str
+    size: int
+    start: int
+    end: int
+    records: int
+    problem: str | None
+    bad_length: int | None
+
+
+def scan_segment(
+    path: str,
+    file_num: int,
+    pos: int,
+    stop: int | None,
+    min_size: int,
+    max_size: int,
+) -> SegmentSummary:
+    """Count the whole records of a segment from ``pos`` and report the first problem.
+
+    Raises OSError if the file cannot be opened.
+    """
+    count = 0
+    end = pos
+    problem: str | None = None
+    bad: int | None = None
+    for span in iter_spans(path, file_num, pos, stop, min_size, max_size):
+        count += len(span.records)
+        end = span.end
+        problem, bad = span.problem, span.bad_length
+    size = os.stat(path).st_size
+    return SegmentSummary(file_num, path, size, pos, end, count, problem, bad)

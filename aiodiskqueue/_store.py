@@ -1,0 +1,489 @@
+"""Synchronous segment I/O for one queue: recovery on open, batched writes,
+read-ahead, sync, deletion and purge.
+
+Everything here runs on the queue's I/O thread; nothing else touches these file
+descriptors. The event loop side (``_engine``) sends one :class:`Job` per hop
+and applies the :class:`JobResult`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from dataclasses import dataclass, field
+
+from ._codec import HEADER
+from ._layout import Layout, fsync_dir
+from ._meta import Meta, load_meta, store_meta
+from ._scan import Record, read_span, scan_segment
+
+log = logging.getLogger("aiodiskqueue")
+
+_pack = HEADER.pack
+_FLUSH_BYTES = 1 << 20  # frame at most this much before each write syscall
+
+
+@dataclass(slots=True)
+class Job:
+    """One hop's worth of work, built on the event loop.
+
+    Order of execution: write, then sync, then read.
+    """
+
+    payloads: list[bytes] | None = None
+    handoff: bool = False
+    sync: bool = False
+    meta_read: tuple[int, int] | None = None  # consumer position for the meta, when storing it
+    meta_depth: int = 0  # depth before this job's write
+    read_from: tuple[int, int] | None = None
+    read_budget: int = 0
+
+
+@dataclass(slots=True)
+class JobResult:
+    """What a :class:`Job` did."""
+
+    written: int = 0
+    write_error: OSError | None = None
+    handoff: list[Record] | None = None
+    synced: bool = False
+    sync_error: OSError | None = None
+    meta: Meta | None = None
+    records: list[Record] = field(default_factory=list)
+    read_to: tuple[int, int] | None = None
+    read_error: OSError | None = None
+    quarantined: list[str] = field(default_factory=list)
+    remaining: int | None = None  # records on disk past read_to, recounted after a quarantine
+    write_at: tuple[int, int] = (0, 0)
+    bytes_on_disk: int = 0
+
+
+@dataclass(slots=True)
+class OpenState:
+    """The state a queue starts from after recovery."""
+
+    meta: Meta
+    bad_files: int
+    bytes_on_disk: int
+    recovered: int  # records found past the meta's write position
+
+
+class SegmentStore:
+    """Owns a queue's segment files while it is open."""
+
+    def __init__(self, layout: Layout, max_bytes_per_file: int, min_size: int, max_size: int) -> None:
+        self.layout = layout
+        self.max_bytes = max_bytes_per_file
+        self.min_size = min_size
+        self.max_size = max_size
+        self.write_file = 0
+        self.write_pos = 0
+        self._wfd: int | None = None
+        self._rfd: int | None = None
+        self._rnum = -1
+        self._data_dirty = False
+        self._dir_dirty = False
+        self._oldest = 0  # lowest segment number that may still exist
+        self.bytes_on_disk = 0
+        self.meta_on_disk: Meta | None = None
+
+    # ------------------------------------------------------------------ open
+
+    def open(self) -> OpenState:
+        """Recover the queue's state from its files and open the write segment."""
+        lay = self.layout
+        os.makedirs(lay.directory, exist_ok=True)
+        segs = lay.segments()
+        bad_before = len(lay.bad_files())
+        try:
+            meta = load_meta(lay.meta_path)
+        except ValueError as exc:
+            moved = lay.meta_path + ".bad"
+            log.warning("%s: unreadable meta file (%s); moved to %s, rebuilding from segments",
+                        lay.meta_path, exc, moved)
+            os.replace(lay.meta_path, moved)
+            meta = None
+        recovered = 0
+        if meta is None:
+            if segs:
+                first = min(segs)
+                log.warning("%s: no meta file; rebuilding state from %d segment(s)",
+                            lay.meta_path, len(segs))
+                meta, recovered = self._rebuild(first, 0, segs)
+            else:
+                meta = Meta(0, 0, 0, 0, 0)
+        else:
+            for num in sorted(n for n in segs if n < meta.read_file_num):
+                # Left behind by a crash between a meta sync and the deletion it allowed.
+                log.info("%s: removing consumed segment left behind", segs[num])
+                os.remove(segs.pop(num))
+            if self._consistent(meta, segs):
+                recovered = self._recover_tail(meta, segs)
+                tail = self.write_file, self.write_pos
+                depth = meta.depth + recovered
+                if meta.read == tail:
+                    depth = 0
+                meta = Meta(depth, meta.read_file_num, meta.read_pos, *tail)
+            else:
+                log.warning("%s: meta %r does not match the segments; recounting from the "
+                            "read position", lay.meta_path, meta)
+                read_file, read_pos = meta.read
+                if read_file not in segs:
+                    later = [n for n in segs if n >= read_file]
+                    read_file, read_pos = (min(later), 0) if later else (meta.write_file_num, 0)
+                meta, recovered = self._rebuild(read_file, read_pos, segs)
+        self.write_file, self.write_pos = meta.write
+        self._oldest = min(segs, default=meta.write_file_num)
+        segs = lay.segments()
+        self.bytes_on_disk = sum(_size(p) for p in segs.values())
+        self.meta_on_disk = None
+        return OpenState(meta, len(lay.bad_files()) - bad_before, self.bytes_on_disk, recovered)
+
+    def _consistent(self, meta: Meta, segs: dict[int, str]) -> bool:
+        if meta.depth < 0:
+            return False
+        wf, wp = meta.write
+        if wf in segs:
+            if _size(segs[wf]) < wp:
+                return False
+        elif wp != 0:
+            return False
+        rf, rp = meta.read
+        if meta.read != meta.write:
+            if any(n not in segs for n in range(rf, wf)):
+                return False
+            if rf in segs and rf < wf and _size(segs[rf]) < rp:
+                return False
+        return True
+
+    def _recover_tail(self, meta: Meta, segs: dict[int, str]) -> int:
+        """Scan past the meta's write position: records written after the last meta sync."""
+        wf, wp = meta.write
+        count = 0
+        nums = [wf] + sorted(n for n in segs if n > wf)
+        self.write_file, self.write_pos = wf, wp
+        for i, num in enumerate(nums):
+            if num not in segs:
+                continue
+            start = wp if num == wf else 0
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            last = i == len(nums) - 1
+            if s.problem is not None and not last:
+                self._quarantine(num, s.end, s.problem)
+                segs.pop(num)
+                continue
+            if s.problem is not None or s.end < s.size:
+                log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
+                            segs[num], s.size - s.end, s.end, s.problem)
+                os.truncate(segs[num], s.end)
+            if num != wf and s.records:
+                log.info("%s: recovered %d record(s) written after the last meta sync",
+                         segs[num], s.records)
+            count += s.records
+            self.write_file, self.write_pos = num, s.end
+        if count and wf == self.write_file:
+            log.info("%s: recovered %d record(s) past the meta write position",
+                     self.layout.meta_path, count)
+        return count
+
+    def _rebuild(self, read_file: int, read_pos: int,
+                 segs: dict[int, str]) -> tuple[Meta, int]:
+        """Count every record from ``(read_file, read_pos)`` through the last segment."""
+        nums = sorted(n for n in segs if n >= read_file)
+        depth = 0
+        self.write_file, self.write_pos = read_file, read_pos
+        for i, num in enumerate(nums):
+            start = read_pos if num == read_file else 0
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            if s.problem is not None and i < len(nums) - 1:
+                self._quarantine(num, s.end, s.problem)
+                continue
+            if s.problem is not None or s.end < s.size:
+                log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
+                            segs[num], s.size - s.end, s.end, s.problem)
+                os.truncate(segs[num], s.end)
+            depth += s.records
+            self.write_file, self.write_pos = num, s.end
+        if read_file not in segs and nums:
+            read_file, read_pos = nums[0], 0
+        if (read_file, read_pos) > (self.write_file, self.write_pos):
+            read_file, read_pos = self.write_file, self.write_pos
+        return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
+
+    def _quarantine(self, num: int, offset: int, reason: str) -> str:
+        path = self.layout.segment_path(num)
+        size = _size(path)
+        if num == self._rnum and self._rfd is not None:
+            os.close(self._rfd)
+            self._rfd, self._rnum = None, -1
+        dst = self.layout.quarantine(num)
+        self.bytes_on_disk -= size
+        log.warning("%s: %s at offset %d; quarantined as %s", path, reason, offset, dst)
+        return dst
+
+    def _writer(self) -> int:
+        """The write segment's descriptor, opened (and created) on first use."""
+        if self._wfd is None:
+            path = self.layout.segment_path(self.write_file)
+            existed = os.path.exists(path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size != self.write_pos:
+                # Only bytes past our own write position: a torn tail already reported.
+                os.ftruncate(fd, self.write_pos)
+            self._wfd = fd
+            if not existed:
+                self._dir_dirty = True
+        return self._wfd
+
+    # ------------------------------------------------------------------ jobs
+
+    def run(self, job: Job) -> JobResult:
+        """Do one hop's work: write, sync (and meta), read ahead."""
+        res = JobResult()
+        if job.payloads:
+            try:
+                res.handoff = self.write(job.payloads, job.handoff)
+                res.written = len(job.payloads)
+            except OSError as exc:
+                res.write_error = exc
+        if job.sync:
+            meta = None
+            if job.meta_read is not None:
+                meta = Meta(job.meta_depth + res.written, *job.meta_read,
+                            self.write_file, self.write_pos)
+            try:
+                self.sync(meta)
+                res.synced = True
+                res.meta = meta
+            except OSError as exc:
+                res.sync_error = exc
+        if job.read_from is not None:
+            try:
+                self.read(job.read_from, job.read_budget, res)
+            except OSError as exc:
+                res.read_error = exc
+        res.write_at = (self.write_file, self.write_pos)
+        res.bytes_on_disk = self.bytes_on_disk
+        return res
+
+    def write(self, payloads: list[bytes], handoff: bool) -> list[Record] | None:
+        """Append records, rolling files by go-diskqueue's rule; all or nothing.
+
+        Raises OSError after undoing the partial batch (truncating back and
+        removing files this batch created).
+        """
+        start = (self.write_file, self.write_pos)
+        out: list[Record] | None = [] if handoff else None
+        maxb = self.max_bytes
+        fnum, pos = start
+        parts: list[bytes] = []
+        pending = 0
+        total = 0
+        flushed_at = pos
+        try:
+            for p in payloads:
+                n = len(p)
+                if pos > 0 and pos + 4 + n > maxb:
+                    if parts:
+                        self._pwrite(b"".join(parts), flushed_at)
+                        parts, pending = [], 0
+                    self._roll()
+                    fnum, pos = self.write_file, 0
+                    flushed_at = 0
+                parts.append(_pack(n))
+                parts.append(p)
+                pos += 4 + n
+                pending += 4 + n
+                total += 4 + n
+                if out is not None:
+                    out.append((p, fnum, pos))
+                if pending >= _FLUSH_BYTES:
+                    self._pwrite(b"".join(parts), flushed_at)
+                    parts, pending, flushed_at = [], 0, pos
+            if parts:
+                self._pwrite(b"".join(parts), flushed_at)
+        except OSError:
+            self._rollback(start)
+            raise
+        self.bytes_on_disk += total
+        self.write_pos = pos
+        self._data_dirty = True
+        return out
+
+    def _pwrite(self, data: bytes, offset: int) -> None:
+        fd = self._writer()
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            if n == 0:  # pragma: no cover - regular files never do this
+                raise OSError(errno.EIO, "short write")
+            view = view[n:]
+            offset += n
+
+    def _roll(self) -> None:
+        # Sync policy: a completed file is always fsynced before moving on.
+        fd = self._writer()
+        os.fsync(fd)
+        os.close(fd)
+        self._wfd = None
+        self.write_file += 1
+        self.write_pos = 0
+
+    def _rollback(self, start: tuple[int, int]) -> None:
+        fnum, pos = start
+        try:
+            if self._wfd is not None:
+                os.close(self._wfd)
+                self._wfd = None
+            for num in range(fnum + 1, self.write_file + 1):
+                try:
+                    os.remove(self.layout.segment_path(num))
+                except FileNotFoundError:
+                    pass
+            self.write_file, self.write_pos = fnum, pos
+            self._writer()
+        except OSError:
+            log.exception("%s: could not undo a failed write", self.layout.segment_path(fnum))
+            raise
+
+    def _recount_bytes(self) -> int:
+        return sum(_size(p) for p in self.layout.segments().values())
+
+    def sync(self, meta: Meta | None) -> None:
+        """fsync the write segment and, if given, store ``meta``; then delete
+        segments the stored meta has moved past."""
+        if self._data_dirty and self._wfd is not None:
+            os.fdatasync(self._wfd)
+            self._data_dirty = False
+        if self._dir_dirty:
+            fsync_dir(self.layout.directory)
+            self._dir_dirty = False
+        if meta is not None and meta != self.meta_on_disk:
+            store_meta(self.layout.meta_path, meta)
+            self.meta_on_disk = meta
+            # Deleting a consumed segment only after the meta that moved past it is
+            # durable means a crash can never leave the meta pointing at a deleted file.
+            self._delete_below(meta.read_file_num)
+
+    def _delete_below(self, num: int) -> None:
+        for n in range(self._oldest, num):
+            path = self.layout.segment_path(n)
+            if n == self._rnum and self._rfd is not None:
+                os.close(self._rfd)
+                self._rfd, self._rnum = None, -1
+            try:
+                size = _size(path)
+                os.remove(path)
+                self.bytes_on_disk -= size
+            except FileNotFoundError:
+                pass
+        self._oldest = max(self._oldest, num)
+
+    def read(self, at: tuple[int, int], budget: int, res: JobResult) -> None:
+        """Read ahead about ``budget`` bytes of records from ``at`` into ``res``."""
+        fnum, pos = at
+        recount = False
+        out = res.records
+        while budget > 0 and (fnum, pos) < (self.write_file, self.write_pos):
+            if fnum < self.write_file:
+                fd = self._reader(fnum)
+                if fd is None:
+                    log.warning("%s: segment missing; skipping to the next one",
+                                self.layout.segment_path(fnum))
+                    fnum, pos, recount = fnum + 1, 0, True
+                    continue
+                stop = os.fstat(fd).st_size
+                if pos >= stop:
+                    fnum, pos = fnum + 1, 0
+                    continue
+            else:
+                fd = self._reader(fnum)
+                if fd is None:  # pragma: no cover - the writer holds it open
+                    break
+                stop = self.write_pos
+            span = read_span(fd, fnum, pos, stop, budget, self.min_size, self.max_size)
+            out.extend(span.records)
+            budget -= span.end - pos
+            pos = span.end
+            if span.problem is not None:
+                what = (f"length {span.bad_length} outside [{self.min_size}, {self.max_size}]"
+                        if span.bad_length is not None else "truncated record")
+                res.quarantined.append(self._quarantine(fnum, pos, what))
+                if fnum == self.write_file:
+                    # The damaged file is the one being written: move the writer on.
+                    if self._wfd is not None:
+                        os.close(self._wfd)
+                        self._wfd = None
+                    self.write_file, self.write_pos = fnum + 1, 0
+                fnum, pos, recount = fnum + 1, 0, True
+        res.read_to = (fnum, pos)
+        if recount:
+            res.remaining = self.count_from(fnum, pos)
+
+    def _reader(self, num: int) -> int | None:
+        if self._rnum != num:
+            if self._rfd is not None:
+                os.close(self._rfd)
+                self._rfd, self._rnum = None, -1
+            try:
+                self._rfd = os.open(self.layout.segment_path(num), os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            self._rnum = num
+        return self._rfd
+
+    def count_from(self, fnum: int, pos: int) -> int:
+        """Whole records from ``(fnum, pos)`` to the write position (problems stop a file's count)."""
+        total = 0
+        for num in range(fnum, self.write_file + 1):
+            path = self.layout.segment_path(num)
+            if not os.path.exists(path):
+                continue
+            stop = self.write_pos if num == self.write_file else None
+            total += scan_segment(path, num, pos if num == fnum else 0, stop,
+                                  self.min_size, self.max_size).records
+        return total
+
+    # ------------------------------------------------------------------ purge / close
+
+    def purge(self) -> Meta:
+        """Drop every unread record: go-diskqueue's ``Empty()``.
+
+        The new meta (all positions at the start of the next file) is stored
+        before any file is deleted, so a crash in between leaves only consumed
+        leftovers, which the next open removes.
+        """
+        nxt = self.write_file + 1
+        meta = Meta(0, nxt, 0, nxt, 0)
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+        if self._rfd is not None:
+            os.close(self._rfd)
+            self._rfd, self._rnum = None, -1
+        store_meta(self.layout.meta_path, meta)
+        self.meta_on_disk = meta
+        for num in sorted(self.layout.segments()):
+            if num < nxt:
+                os.remove(self.layout.segment_path(num))
+        self._oldest = nxt
+        self.write_file, self.write_pos = nxt, 0
+        self._data_dirty = False
+        self.bytes_on_disk = self._recount_bytes()
+        return meta
+
+    def close(self) -> None:
+        """Close every descriptor (the caller syncs first)."""
+        for fd in (self._wfd, self._rfd):
+            if fd is not None:
+                os.close(fd)
+        self._wfd = self._rfd = None
+        self._rnum = -1
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0

@@ -1,0 +1,68 @@
+"""Exceptions raised by aiodiskqueue: one base class, one subclass per situation."""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = [
+    "CorruptionError",
+    "DiskQueueError",
+    "MessageSizeError",
+    "QueueClosed",
+    "QueueEmpty",
+    "QueueFull",
+    "QueueLocked",
+]
+
+
+class DiskQueueError(Exception):
+    """Base class of every error raised by aiodiskqueue."""
+
+
+class MessageSizeError(DiskQueueError, ValueError):
+    """A message is shorter than ``min_msg_size`` or longer than ``max_msg_size``."""
+
+    def __init__(self, size: int, min_size: int, max_size: int) -> None:
+        super().__init__(
+            f"message of {size} bytes is outside [{min_size}, {max_size}] "
+            "(min_msg_size, max_msg_size)"
+        )
+        self.size = size
+        self.min_size = min_size
+        self.max_size = max_size
+
+
+class QueueFull(DiskQueueError, asyncio.QueueFull):
+    """``put_nowait()`` would have to wait: the queue is at ``maxsize`` or its write buffer is full."""
+
+
+class QueueEmpty(DiskQueueError, asyncio.QueueEmpty):
+    """``get_nowait()`` found no message ready to hand out."""
+
+
+class QueueClosed(DiskQueueError):
+    """The queue was closed (``aclose()``) or shut down (``shutdown()``)."""
+
+
+class QueueLocked(DiskQueueError):
+    """The queue is already open in another process or another queue object."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        holder = f"process {pid}" if pid else "another process or queue object"
+        super().__init__(f"queue is locked by {holder}: {path}")
+        self.path = path
+        self.pid = pid
+
+
+class CorruptionError(DiskQueueError):
+    """A segment or meta file does not hold what the format allows.
+
+    Raised only where the caller asked for strict handling; by default a corrupt
+    segment is quarantined as ``.bad`` and reading goes on with the next one.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path} at byte {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason

@@ -1,0 +1,450 @@
+"""The public queue: :class:`DiskQueue`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import warnings
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import Any, final
+
+from ._engine import Engine, State
+from ._layout import Layout
+from ._options import Options, Statistics, check_name
+from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
+
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def _as_bytes(item: object) -> bytes:
+    if type(item) is bytes:
+        return item
+    if isinstance(item, _BYTES_TYPES):
+        # Copy now: the caller may change a bytearray before the batch is written.
+        return bytes(item)
+    raise TypeError(f"a message must be bytes, bytearray or memoryview, got {type(item).__name__}")
+
+
+@final
+class DiskQueue:
+    """A persistent FIFO queue of byte messages, stored like go-diskqueue stores it.
+
+    Use ``async with DiskQueue(directory, name, **options) as q`` or
+    ``q = await DiskQueue.open(directory, name, **options)`` and ``await q.aclose()``.
+    Messages are ``bytes``; ``put`` and ``get`` follow :class:`asyncio.Queue`.
+
+    Durability (see the README for the full contract): with the default
+    ``sync_every=2500``, ``await put()`` returns once the record is written to
+    the operating system, so a killed process loses nothing that was put. With
+    ``sync_every=1`` it returns once the record is fsynced; concurrent puts
+    share one fsync.
+
+    Raises TypeError or ValueError at construction for a bad option.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        name: str,
+        *,
+        max_bytes_per_file: int = 100 * 2**20,
+        min_msg_size: int = 0,
+        max_msg_size: int = 2**20,
+        sync_every: int = 2500,
+        sync_interval: float = 2.0,
+        maxsize: int = 0,
+        read_buffer_bytes: int = 4 * 2**20,
+        write_buffer_bytes: int = 16 * 2**20,
+    ) -> None:
+        opts = Options(
+            max_bytes_per_file=max_bytes_per_file,
+            min_msg_size=min_msg_size,
+            max_msg_size=max_msg_size,
+            sync_every=sync_every,
+            sync_interval=sync_interval,
+            maxsize=maxsize,
+            read_buffer_bytes=read_buffer_bytes,
+            write_buffer_bytes=write_buffer_bytes,
+        )
+        self._layout = Layout(os.fspath(directory), check_name(name))
+        self._e = Engine(self._layout, opts)
+        self._closing: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ life cycle
+
+    @classmethod
+    async def open(cls, directory: str | os.PathLike[str], name: str, **options: Any) -> DiskQueue:
+        """Open (creating if needed) queue ``name`` in ``directory``.
+
+        Raises QueueLocked if the queue is open in another process or object,
+        DiskQueueError if its files cannot be read or created.
+        """
+        q = cls(directory, name, **options)
+        await q._e.start()
+        return q
+
+    async def __aenter__(self) -> DiskQueue:
+        if self._e.state is State.NEW:
+            await self._e.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Write what is pending, sync data and meta, release the files; idempotent.
+
+        Blocked ``get()`` calls raise QueueClosed (``async for`` ends). The final
+        sync runs to completion even if the caller is cancelled.
+        """
+        e = self._e
+        if e.task is None:
+            e.state = State.CLOSED if e.state is State.NEW else e.state
+            return
+        if e.state in (State.OPEN, State.SHUTDOWN):
+            e.state = State.CLOSING
+            e.wake_all_getters()
+            e.wake_all_putters()
+            e.request_exit()
+        await asyncio.shield(e.task)
+
+    def shutdown(self, immediate: bool = False) -> None:
+        """Refuse new puts; ``get()`` drains what is left, then raises QueueClosed.
+
+        With ``immediate=True`` blocked and later ``get()`` calls raise QueueClosed
+        at once. Either way nothing stored is deleted: the messages stay on disk
+        for the next open. Call ``aclose()`` afterwards to release the files.
+        """
+        e = self._e
+        if e.state is State.OPEN:
+            e.state = State.SHUTDOWN
+        e.shutdown_immediate = e.shutdown_immediate or immediate
+        e.wake_all_getters()
+        e.wake_all_putters()
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        e = getattr(self, "_e", None)
+        if e is not None and e.state in (State.OPEN, State.SHUTDOWN):
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
+
+    def __repr__(self) -> str:
+        e = self._e
+        return (f"<DiskQueue {self._layout.name!r} in {self._layout.directory!r} "
+                f"state={e.state.value} depth={e.qsize()} read={e.read_file},{e.read_pos} "
+                f"write={e.write_at[0]},{e.write_at[1]}>")
+
+    # ------------------------------------------------------------------ put
+
+    def put_nowait(self, item: bytes | bytearray | memoryview) -> None:
+        """Accept ``item`` for the next write batch without waiting for it.
+
+        The message is written within the current event loop iteration's batch;
+        a write failure is logged and raised by the next ``sync()``.
+
+        Raises QueueFull if the queue is at ``maxsize`` or its write buffer is full,
+        MessageSizeError if the size is out of bounds, TypeError for a non-bytes
+        item, QueueClosed after ``shutdown()`` or ``aclose()``.
+        """
+        e = self._e
+        data = _as_bytes(item)
+        n = len(data)
+        if n < e.min_size or n > e.max_size:
+            raise MessageSizeError(n, e.min_size, e.max_size)
+        if e.state is not State.OPEN:
+            raise e.closed_error()
+        if e.maxsize and e.depth + e.unwritten >= e.maxsize:
+            raise QueueFull(f"queue is at maxsize={e.maxsize}")
+        if e.pending_bytes >= e.opts.write_buffer_bytes:
+            raise QueueFull(f"write buffer is full ({e.pending_bytes} bytes pending)")
+        self._append(e, data, n)
+
+    def _append(self, e: Engine, data: bytes, n: int) -> None:
+        if not e.pending:
+            pr = e.put_req
+            if pr is not None and not pr.done():
+                pr.set_result(None)
+        e.pending.append(data)
+        e.pending_bytes += n + 4
+        e.unwritten += 1
+        e.puts += 1
+
+    async def put(self, item: bytes | bytearray | memoryview) -> None:
+        """Put ``item`` at the end of the queue.
+
+        Returns once the record is written to the OS (``sync_every > 1``) or
+        fsynced (``sync_every=1``). Waits first while the queue is at ``maxsize``.
+        If the call is cancelled after the message was accepted, the message
+        may still be stored.
+
+        Raises MessageSizeError, TypeError, QueueClosed as ``put_nowait`` does,
+        and DiskQueueError (chained to the OSError) if the write fails; then
+        nothing of its batch is stored.
+        """
+        e = self._e
+        data = _as_bytes(item)
+        n = len(data)
+        if n < e.min_size or n > e.max_size:
+            raise MessageSizeError(n, e.min_size, e.max_size)
+        if e.maxsize:
+            await self._wait_not_full(e)
+        if e.state is not State.OPEN:
+            raise e.closed_error()
+        fut = e.loop.create_future()  # type: ignore[union-attr]
+        e.put_waiters.append(fut)
+        self._append(e, data, n)
+        await fut
+
+    async def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:
+        """Put every item, in order, as one batch; returns when all are written.
+
+        All items are checked first: if any is invalid nothing is put.
+        Does not wait for ``maxsize`` room (a batch may overshoot it).
+
+        Raises as ``put`` does.
+        """
+        e = self._e
+        datas = [_as_bytes(i) for i in items]
+        lo, hi = e.min_size, e.max_size
+        for d in datas:
+            if len(d) < lo or len(d) > hi:
+                raise MessageSizeError(len(d), lo, hi)
+        if e.state is not State.OPEN:
+            raise e.closed_error()
+        if not datas:
+            return
+        fut = e.loop.create_future()  # type: ignore[union-attr]
+        e.put_waiters.append(fut)
+        if not e.pending:
+            pr = e.put_req
+            if pr is not None and not pr.done():
+                pr.set_result(None)
+        e.pending.extend(datas)
+        e.pending_bytes += sum(len(d) for d in datas) + 4 * len(datas)
+        e.unwritten += len(datas)
+        e.puts += len(datas)
+        await fut
+
+    async def _wait_not_full(self, e: Engine) -> None:
+        while e.depth + e.unwritten >= e.maxsize and e.state is State.OPEN:
+            fut = e.loop.create_future()  # type: ignore[union-attr]
+            e.putters.append(fut)
+            try:
+                await fut
+            except BaseException:
+                fut.cancel()
+                try:
+                    e.putters.remove(fut)
+                except ValueError:
+                    pass
+                # Pass on a wake-up this cancelled waiter received, so room is not wasted.
+                if fut.done() and not fut.cancelled() and e.depth + e.unwritten < e.maxsize:
+                    if e.putters:
+                        w = e.putters.popleft()
+                        if not w.done():
+                            w.set_result(None)
+                raise
+
+    # ------------------------------------------------------------------ get
+
+    def get_nowait(self) -> bytes:
+        """Remove and return the oldest message if one is ready in memory.
+
+        Raises QueueEmpty if none is ready (it may still be on its way from
+        disk: ``get()`` waits for it), QueueClosed if the queue is closed or
+        shut down and drained.
+        """
+        e = self._e
+        ready = e.ready
+        if not ready:
+            if e.state is State.OPEN and not e.shutdown_immediate:
+                raise QueueEmpty()
+            if e.state is State.SHUTDOWN and not e.shutdown_immediate and e.qsize():
+                raise QueueEmpty()
+            raise e.closed_error()
+        if e.state is not State.OPEN and (e.shutdown_immediate or e.state is not State.SHUTDOWN):
+            raise e.closed_error()
+        payload, e.read_file, e.read_pos = ready.popleft()
+        e.ready_bytes -= len(payload)
+        e.depth -= 1
+        e.gets += 1
+        e.since_sync += 1
+        if e.ready_bytes <= e.low_water:
+            rs = e.read_slot
+            if rs is not None and not rs.done():
+                rs.set_result(None)
+        if e.since_sync >= e.sync_every:
+            sr = e.sync_req
+            if sr is not None and not sr.done():
+                sr.set_result(None)
+        if e.putters:
+            w = e.putters.popleft()
+            if not w.done():
+                w.set_result(None)
+        return payload
+
+    async def get(self) -> bytes:
+        """Remove and return the oldest message, waiting until one is available.
+
+        Cancelling ``get()`` leaves the queue unchanged: a waiter only wakes the
+        task, the message is taken after the wake-up.
+
+        Raises QueueClosed when the queue is closed, or shut down and drained.
+        """
+        e = self._e
+        while not e.ready:
+            if e.state is not State.OPEN:
+                if e.state is not State.SHUTDOWN or e.shutdown_immediate or not e.qsize():
+                    raise e.closed_error()
+            fut = e.loop.create_future()  # type: ignore[union-attr]
+            e.getters.append(fut)
+            try:
+                await fut
+            except BaseException:
+                fut.cancel()
+                try:
+                    e.getters.remove(fut)
+                except ValueError:
+                    pass
+                # This waiter was woken but will not take the message: wake the next one.
+                if e.ready and fut.done() and not fut.cancelled() and e.getters:
+                    w = e.getters.popleft()
+                    if not w.done():
+                        w.set_result(None)
+                raise
+        return self.get_nowait()
+
+    async def get_many(self, max_items: int) -> list[bytes]:
+        """Return between 1 and ``max_items`` messages, waiting for the first one.
+
+        Raises ValueError if ``max_items < 1``, QueueClosed as ``get()`` does.
+        """
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        out = [await self.get()]
+        e = self._e
+        get = self.get_nowait
+        while len(out) < max_items and e.ready:
+            out.append(get())
+        return out
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._e.ready and self._e.state is State.OPEN:
+            return self.get_nowait()
+        try:
+            return await self.get()
+        except QueueClosed:
+            raise StopAsyncIteration from None
+
+    # ------------------------------------------------------------------ size
+
+    def qsize(self) -> int:
+        """Messages put and not yet taken (written or still pending)."""
+        return self._e.qsize()
+
+    def __len__(self) -> int:
+        return self._e.qsize()
+
+    def empty(self) -> bool:
+        """True if ``qsize() == 0``."""
+        return self._e.qsize() == 0
+
+    def full(self) -> bool:
+        """True if ``maxsize > 0`` and ``qsize() >= maxsize``; never true when unbounded."""
+        e = self._e
+        return bool(e.maxsize) and e.qsize() >= e.maxsize
+
+    @property
+    def maxsize(self) -> int:
+        """Bound on ``qsize()`` for ``put()``; 0 means unbounded."""
+        return self._e.maxsize
+
+    @property
+    def name(self) -> str:
+        """The queue's name (its file name prefix)."""
+        return self._layout.name
+
+    @property
+    def directory(self) -> str:
+        """The directory holding the queue's files."""
+        return self._layout.directory
+
+    # ------------------------------------------------------------------ sync / purge / stats
+
+    async def sync(self) -> None:
+        """fsync the data and store the meta file now, with every put accepted so far.
+
+        Raises DiskQueueError if the fsync or a ``put_nowait`` batch since the
+        last ``sync()`` failed; QueueClosed if the queue is closed.
+        """
+        e = self._e
+        if e.state not in (State.OPEN, State.SHUTDOWN):
+            raise e.closed_error()
+        fut = e.loop.create_future()  # type: ignore[union-attr]
+        e.sync_waiters.append(fut)
+        sr = e.sync_req
+        if sr is not None and not sr.done():
+            sr.set_result(None)
+        await fut
+        if e.write_error is not None:
+            err, e.write_error = e.write_error, None
+            raise err
+
+    async def purge(self) -> None:
+        """Drop every message not yet taken (go-diskqueue's ``Empty()``).
+
+        Messages put before the call are dropped, even if still pending; later
+        puts are kept. The segment files are deleted.
+
+        Raises QueueClosed if the queue is closed, DiskQueueError on I/O errors.
+        """
+        e = self._e
+        if e.state not in (State.OPEN, State.SHUTDOWN):
+            raise e.closed_error()
+        # Pending puts count as stored-then-purged: they return normally.
+        dropped, waiters = e.pending, e.put_waiters
+        e.pending, e.put_waiters, e.pending_bytes = [], [], 0
+        e.unwritten -= len(dropped)
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+        e.ready.clear()
+        e.ready_bytes = 0
+        e.epoch += 1
+        fut = e.loop.create_future()  # type: ignore[union-attr]
+        e.purge_waiters.append(fut)
+        pr = e.purge_req
+        if pr is not None and not pr.done():
+            pr.set_result(None)
+        await fut
+        e.wake_all_putters()
+
+    def statistics(self) -> Statistics:
+        """A frozen snapshot of positions, depth and counters."""
+        e = self._e
+        return Statistics(
+            depth=e.qsize(),
+            read_file_num=e.read_file,
+            read_pos=e.read_pos,
+            write_file_num=e.write_at[0],
+            write_pos=e.write_at[1],
+            bad_files=e.bad_files,
+            bytes_on_disk=e.bytes_on_disk,
+            puts=e.puts,
+            gets=e.gets,
+            syncs=e.syncs,
+            ready=len(e.ready),
+            pending_writes=e.unwritten,
+            recovered=e.recovered,
+        )
+
+
+__all__ = ["DiskQueue", "DiskQueueError"]
