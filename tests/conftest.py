@@ -1,0 +1,72 @@
+"""Shared fixtures: the go-diskqueue fixture directory and a queue factory that always closes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiodiskqueue import DiskQueue
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURES_ENV = "AIODISKQUEUE_FIXTURES"
+
+MakeQueue = Callable[..., Awaitable[DiskQueue]]
+CopyFixture = Callable[[str, Path], list[Path]]
+
+
+def locate_fixtures() -> Path:
+    """The go-diskqueue fixture directory: ``$AIODISKQUEUE_FIXTURES`` or ``../shared/...``."""
+    env = os.environ.get(FIXTURES_ENV)
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "fixtures" / "go-diskqueue"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """Directory of queues written by go-diskqueue (fails, never skips, when missing)."""
+    path = locate_fixtures()
+    if not (path / "README.md").is_file():
+        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {FIXTURES_ENV}")
+    return path
+
+
+def copy_fixture_files(src: Path, name: str, dest: Path) -> list[Path]:
+    """Copy every file of queue ``name`` from ``src`` into ``dest``; return the copies."""
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for entry in sorted(src.iterdir()):
+        if entry.name.startswith(f"{name}.diskqueue."):
+            copied.append(Path(shutil.copy2(entry, dest / entry.name)))
+    if not copied:
+        raise FileNotFoundError(f"no files of queue {name!r} in {src}")
+    return copied
+
+
+@pytest.fixture
+def copy_fixture(fixtures_dir: Path) -> CopyFixture:
+    """``copy_fixture(name, dest)``: copy a go-diskqueue fixture queue into ``dest``."""
+
+    def _copy(name: str, dest: Path) -> list[Path]:
+        return copy_fixture_files(fixtures_dir, name, dest)
+
+    return _copy
+
+
+@pytest.fixture
+async def make_queue(tmp_path: Path) -> AsyncIterator[MakeQueue]:
+    """``await make_queue(directory=tmp_path, name="q", **options)``; closed at teardown."""
+    opened: list[DiskQueue] = []
+
+    async def _make(directory: Path | None = None, name: str = "q", **options: Any) -> DiskQueue:
+        q = await DiskQueue.open(directory if directory is not None else tmp_path, name,
+                                 **options)
+        opened.append(q)
+        return q
+
+    yield _make
+    for q in reversed(opened):
+        await q.aclose()

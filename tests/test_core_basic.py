@@ -1,0 +1,180 @@
+"""Basic API of DiskQueue: put/get and friends, sizes, maxsize, statistics, repr."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+from conftest import MakeQueue
+from helpers_format import layout, read_meta, read_queue, seg_name
+
+from aiodiskqueue import DiskQueue, QueueEmpty, QueueFull, Statistics
+
+
+async def test_put_get_roundtrip(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    assert q.empty() and q.qsize() == 0 and len(q) == 0
+    await q.put(b"hello")
+    await q.put(bytearray(b"world"))
+    await q.put(memoryview(b"!!"))
+    assert q.qsize() == 3 and len(q) == 3 and not q.empty()
+    assert [await q.get() for _ in range(3)] == [b"hello", b"world", b"!!"]
+    assert q.empty()
+
+
+async def test_get_returns_bytes_and_bytearray_is_copied(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    buf = bytearray(b"abc")
+    q.put_nowait(buf)
+    buf[0] = ord("z")  # changing the caller's buffer after the put must not matter
+    got = await q.get()
+    assert type(got) is bytes and got == b"abc"
+
+
+async def test_put_many_get_many(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    msgs = [b"m%d" % i for i in range(10)]
+    await q.put_many(msgs)
+    assert q.qsize() == 10
+    first = await q.get_many(4)
+    assert first == msgs[: len(first)] and 1 <= len(first) <= 4
+    rest: list[bytes] = []
+    while len(first) + len(rest) < 10:
+        rest += await q.get_many(100)
+    assert first + rest == msgs
+    await q.put_many([])  # nothing to do, returns at once
+    assert q.qsize() == 0
+
+
+async def test_get_many_rejects_bad_count(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    with pytest.raises(ValueError, match="max_items must be >= 1, got 0"):
+        await q.get_many(0)
+
+
+async def test_nowait_variants(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    q.put_nowait(b"a")
+    q.put_nowait(b"b")
+    assert q.qsize() == 2
+    # get() waits for the batch to be written and read back.
+    assert await q.get() == b"a"
+    assert q.get_nowait() == b"b"
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    # asyncio's own exception types catch ours.
+    with pytest.raises(asyncio.QueueEmpty):
+        q.get_nowait()
+
+
+async def test_put_nowait_is_written_by_sync(make_queue: MakeQueue, tmp_path: Path) -> None:
+    q = await make_queue()
+    for i in range(5):
+        q.put_nowait(b"n%d" % i)
+    await q.sync()
+    assert read_queue(tmp_path, "q") == [b"n%d" % i for i in range(5)]
+
+
+async def test_async_for_drains_then_ends_on_close(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    await q.put_many([b"x", b"y", b"z"])
+    got: list[bytes] = []
+
+    async def consume() -> None:
+        async for m in q:
+            got.append(m)
+            if len(got) == 3:
+                asyncio.get_running_loop().call_soon(
+                    lambda: asyncio.ensure_future(q.aclose()))
+
+    await asyncio.wait_for(consume(), 10)
+    assert got == [b"x", b"y", b"z"]
+
+
+async def test_maxsize_full_and_blocking(make_queue: MakeQueue) -> None:
+    q = await make_queue(maxsize=2)
+    assert q.maxsize == 2 and not q.full()
+    await q.put(b"1")
+    await q.put(b"2")
+    assert q.full()
+    with pytest.raises(QueueFull):
+        q.put_nowait(b"3")
+    with pytest.raises(asyncio.QueueFull):
+        q.put_nowait(b"3")
+    blocked = asyncio.create_task(q.put(b"3"))
+    for _ in range(20):  # let the loop run: the put must stay blocked
+        await asyncio.sleep(0)
+    assert not blocked.done() and q.qsize() == 2
+    assert await q.get() == b"1"
+    await asyncio.wait_for(blocked, 10)
+    assert q.qsize() == 2 and q.full()
+    assert [await q.get(), await q.get()] == [b"2", b"3"]
+    assert not q.full()
+
+
+async def test_unbounded_queue_is_never_full(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    await q.put_many([b"a"] * 100)
+    assert q.maxsize == 0 and not q.full()
+
+
+async def test_statistics_fields(make_queue: MakeQueue, tmp_path: Path) -> None:
+    q = await make_queue(max_bytes_per_file=100)
+    msgs = [bytes([i]) * 30 for i in range(7)]  # 34-byte records: two per 100-byte file
+    for m in msgs:
+        await q.put(m)
+    assert await q.get() == msgs[0]
+    st = q.statistics()
+    assert isinstance(st, Statistics)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        st.depth = 5  # type: ignore[misc]
+    files, (wf, wp) = layout(msgs, 100)
+    assert (st.write_file_num, st.write_pos) == (wf, wp) == (3, 34)
+    assert (st.read_file_num, st.read_pos) == (0, 34)
+    assert st.depth == 6 == q.qsize()
+    assert st.puts == 7 and st.gets == 1
+    assert st.bad_files == 0
+    assert st.bytes_on_disk == sum(len(b) for b in files.values())
+    assert st.bytes_on_disk == sum((tmp_path / seg_name("q", n)).stat().st_size for n in files)
+    before = st.syncs
+    await q.sync()
+    assert q.statistics().syncs == before + 1
+    m = read_meta(tmp_path, "q")
+    assert (m.depth, m.read_file, m.read_pos, m.write_file, m.write_pos) == (6, 0, 34, 3, 34)
+
+
+async def test_repr_shows_depth_and_positions(make_queue: MakeQueue, tmp_path: Path) -> None:
+    q = await make_queue()
+    await q.put(b"abcd")
+    r = repr(q)
+    assert "'q'" in r and "depth=1" in r and "read=0,0" in r and "write=0,8" in r
+    await q.aclose()
+    assert "closed" in repr(q)
+
+
+async def test_name_and_directory(make_queue: MakeQueue, tmp_path: Path) -> None:
+    q = await make_queue(name="events")
+    assert q.name == "events" and q.directory == str(tmp_path)
+
+
+async def test_context_manager_creates_directory_and_closes(tmp_path: Path) -> None:
+    d = tmp_path / "a" / "b"
+    async with DiskQueue(d, "q") as q:
+        await q.put(b"kept")
+    assert read_queue(d, "q") == [b"kept"]
+    async with DiskQueue(d, "q") as q2:
+        assert q2.qsize() == 1 and await q2.get() == b"kept"
+    assert read_queue(d, "q") == []
+
+
+async def test_empty_payload(make_queue: MakeQueue, tmp_path: Path) -> None:
+    q = await make_queue()
+    await q.put(b"")
+    await q.put(b"after")
+    assert await q.get() == b""
+    await q.sync()
+    assert (tmp_path / seg_name("q", 0)).read_bytes() == b"\0\0\0\0" + b"\0\0\0\x05after"
