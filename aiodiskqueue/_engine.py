@@ -20,7 +20,7 @@ import logging
 from collections import deque
 from typing import Any
 
-from ._iothread import IOThread
+from ._iothread import Hop, IOThread
 from ._layout import Layout
 from ._lock import QueueLock
 from ._meta import Meta
@@ -117,7 +117,7 @@ class Engine:
         self._last_meta: Meta | None = None
         self._batch_waiters: list[asyncio.Future[None]] = []
         self._sync_batch: list[asyncio.Future[None]] = []
-        self._inflight: tuple[Job, asyncio.Future[JobResult], int] | None = None
+        self._inflight: tuple[Job, Hop[JobResult], int] | None = None
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
                                   opts.max_msg_size)
@@ -185,6 +185,7 @@ class Engine:
     async def _run(self) -> None:
         io = self.io
         assert io is not None
+        busy = False
         try:
             while True:
                 if self.purge_waiters:
@@ -194,16 +195,23 @@ class Engine:
                 if job is None:
                     if self.state is State.CLOSING:
                         break
+                    if busy:
+                        # The producers this hop just woke have not run yet: let them
+                        # append their next puts, which is far cheaper than going idle.
+                        busy = False
+                        await asyncio.sleep(0)
+                        continue
                     await self._idle()
                     continue
                 epoch = self.epoch
                 fut = io.run(self.store.run, job)
                 self._inflight = (job, fut, epoch)
-                # Shielded: if this task is cancelled, the hop still finishes and its
-                # result is applied in _finish(), so no put waiter is left hanging.
-                res = await asyncio.shield(fut)
+                # A Hop cannot be cancelled: if this task is, the hop still finishes
+                # and _finish() applies its result, so no put waiter is left hanging.
+                res = await fut
                 self._inflight = None
                 self._apply(job, res, epoch)
+                busy = job.payloads is not None
         except asyncio.CancelledError:
             pass  # treated as a close: _finish() flushes and syncs
         except BaseException as exc:
@@ -220,7 +228,9 @@ class Engine:
             if self._inflight is not None:
                 job, fut, epoch = self._inflight
                 self._inflight = None
-                self._apply(job, await fut, epoch)
+                if not fut.done():
+                    await asyncio.wait([fut])
+                self._apply(job, fut.result(), epoch)
             if self.state is not State.BROKEN:
                 self.state = State.CLOSING
                 for _ in range(3):  # pending writes, then the final sync; no endless retry
