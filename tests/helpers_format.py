@@ -158,3 +158,12 @@ def write_queue(directory: Path, name: str, messages: list[bytes], max_bytes: in
     if meta:
         (directory / meta_name(name)).write_bytes(m.encode())
     return m
+
+
+def patch_bytes(path: Path, offset: int, data: bytes) -> None:
+    """Overwrite ``data`` at ``offset`` of an existing file."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
