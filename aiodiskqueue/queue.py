@@ -286,6 +286,8 @@ class DiskQueue:
             w = e.putters.popleft()
             if not w.done():
                 w.set_result(None)
+        if e.state is State.SHUTDOWN and not e.qsize():
+            e.wake_all_getters()  # drained: blocked getters raise QueueClosed now
         return payload
 
     async def get(self) -> bytes:
