@@ -1,0 +1,200 @@
+"""Opening a queue whose files were left by a crash: missing, unparsable or stale
+meta, torn tails, consumed leftovers. State is rebuilt from the segments."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from helpers_format import (
+    MetaText,
+    bad_files,
+    layout,
+    meta_name,
+    read_meta,
+    read_queue,
+    seg_name,
+    segment_numbers,
+    write_queue,
+)
+
+from aiodiskqueue import DiskQueue
+
+
+def msgs_of(n: int, start: int = 0) -> list[bytes]:
+    """Messages of 5..24 bytes, each naming its index."""
+    return [b"m%04d" % i + b"." * (i % 20) for i in range(start, start + n)]
+
+
+async def drain(directory: Path, name: str = "q", **opts: int) -> tuple[list[bytes], int]:
+    """Open, take everything, close; return the messages and the recovered count."""
+    async with DiskQueue(directory, name, **opts) as q:
+        recovered = q.statistics().recovered
+        got = [await q.get() for _ in range(q.qsize())]
+    return got, recovered
+
+
+@pytest.mark.parametrize("consumed", [0, 37], ids=["from-file-0", "consumed-files-deleted"])
+async def test_missing_meta_rebuilt_from_segments(tmp_path: Path, consumed: int,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    msgs = msgs_of(120)
+    written = write_queue(tmp_path, "q", msgs, 200, consumed=consumed, meta=False)
+    assert not (tmp_path / meta_name("q")).exists()
+    # Without a meta, every record of the remaining files is unread (at-least-once).
+    files, _ = layout(msgs, 200)
+    expected = [m for n in sorted(files) if n >= written.read_file for m in _records(files[n])]
+    with caplog.at_level(logging.WARNING, logger="aiodiskqueue"):
+        got, _ = await drain(tmp_path, max_bytes_per_file=200)
+    assert got == expected
+    assert expected[-1] == msgs[-1] and len(expected) >= len(msgs) - consumed
+    assert any("no meta file" in r.getMessage() for r in caplog.records)
+    assert bad_files(tmp_path) == []
+
+
+def _records(data: bytes) -> list[bytes]:
+    out, off = [], 0
+    while off < len(data):
+        n = int.from_bytes(data[off:off + 4], "big", signed=True)
+        out.append(data[off + 4:off + 4 + n])
+        off += 4 + n
+    return out
+
+
+@pytest.mark.parametrize("garbage", [b"", b"hello\n", b"5\n0,0\n", b"\xff" * 30,
+                                     b"3\n2,0\n1,0\n"],
+                         ids=["empty-file", "text", "short", "binary", "read-past-write"])
+async def test_unparsable_meta_rebuilt_from_segments(tmp_path: Path, garbage: bytes) -> None:
+    msgs = msgs_of(60)
+    write_queue(tmp_path, "q", msgs, 150)
+    (tmp_path / meta_name("q")).write_bytes(garbage)
+    got, _ = await drain(tmp_path, max_bytes_per_file=150)
+    assert got == msgs
+    assert (tmp_path / (meta_name("q") + ".bad")).read_bytes() == garbage
+    assert read_queue(tmp_path, "q") == []
+
+
+@pytest.mark.parametrize(
+    ("synced", "total"),
+    [(0, 1), (5, 6), (10, 40), (33, 90), (0, 90)],
+    ids=["none-synced-1", "one-behind", "stale-same-and-later-files", "stale-many-files",
+         "never-synced"],
+)
+async def test_stale_meta_tail_recovered(tmp_path: Path, synced: int, total: int) -> None:
+    # The meta was last stored after `synced` puts; the process then put `total` in all
+    # and was killed. go-diskqueue would skip to a new file and orphan the rest.
+    msgs = msgs_of(total)
+    write_queue(tmp_path, "q", msgs, 100)
+    _, (wf, wp) = layout(msgs[:synced], 100)
+    (tmp_path / meta_name("q")).write_bytes(MetaText(synced, 0, 0, wf, wp).encode())
+    got, recovered = await drain(tmp_path, max_bytes_per_file=100)
+    assert got == msgs
+    assert recovered == total - synced
+    assert bad_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("torn", [1, 3, 4, 9], ids=lambda t: f"{t}B-torn")
+async def test_torn_tail_truncated_and_appended_after(tmp_path: Path, torn: int,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    msgs = msgs_of(12)
+    write_queue(tmp_path, "q", msgs, 1000)
+    last = tmp_path / seg_name("q", 0)
+    good_size = last.stat().st_size
+    partial = (b"\0\0\0\x10" + b"p" * 16)[:torn]  # a 20-byte record cut after `torn` bytes
+    with last.open("ab") as f:
+        f.write(partial)
+    with caplog.at_level(logging.WARNING, logger="aiodiskqueue"):
+        async with DiskQueue(tmp_path, "q", max_bytes_per_file=1000) as q:
+            assert last.stat().st_size == good_size  # truncated on open
+            assert q.qsize() == 12
+            await q.put(b"after")
+            await q.sync()
+            assert last.read_bytes()[good_size:] == b"\0\0\0\x05after"
+            assert [await q.get() for _ in range(13)] == msgs + [b"after"]
+    assert any("torn tail" in r.getMessage() for r in caplog.records)
+
+
+async def test_torn_tail_past_stale_meta_in_later_file(tmp_path: Path) -> None:
+    msgs = msgs_of(30)
+    write_queue(tmp_path, "q", msgs, 100)
+    _, (wf, _) = layout(msgs, 100)
+    assert wf >= 2
+    (tmp_path / meta_name("q")).write_bytes(MetaText(0, 0, 0, 0, 0).encode())
+    with (tmp_path / seg_name("q", wf)).open("ab") as f:
+        f.write(b"\0\0\0\x40abc")  # 7 bytes of a 68-byte record
+    got, recovered = await drain(tmp_path, max_bytes_per_file=100)
+    assert got == msgs and recovered == 30
+    assert bad_files(tmp_path) == []
+
+
+async def test_meta_write_pos_beyond_file_end(tmp_path: Path) -> None:
+    # The meta promises more bytes than the write file has (e.g. lost without fsync):
+    # whatever whole records exist are delivered, nothing is invented.
+    msgs = msgs_of(20)
+    write_queue(tmp_path, "q", msgs, 1000)
+    path = tmp_path / seg_name("q", 0)
+    keep = sum(4 + len(m) for m in msgs[:15])
+    os.truncate(path, keep + 2)
+    got, _ = await drain(tmp_path, max_bytes_per_file=1000)
+    assert got == msgs[:15]
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=1000) as q:
+        await q.put(b"next")
+        assert await q.get() == b"next"
+
+
+async def test_consumed_leftover_segments_removed(tmp_path: Path) -> None:
+    # A crash between storing the meta and deleting the files it moved past.
+    msgs = msgs_of(50)
+    write_queue(tmp_path, "q", msgs, 100)
+    meta = write_queue(tmp_path / "ref", "q", msgs, 100, consumed=30)
+    (tmp_path / meta_name("q")).write_bytes(meta.encode())
+    assert segment_numbers(tmp_path, "q")[0] == 0 < meta.read_file
+    got, _ = await drain(tmp_path, max_bytes_per_file=100)
+    assert got == msgs[30:]
+    assert segment_numbers(tmp_path, "q") in ([], [read_meta(tmp_path, "q").write_file])
+
+
+async def test_missing_middle_segment(tmp_path: Path) -> None:
+    msgs = msgs_of(40)
+    write_queue(tmp_path, "q", msgs, 100)
+    files, _ = layout(msgs, 100)
+    os.remove(tmp_path / seg_name("q", 2))
+    lost = set(_records(files[2]))
+    got, _ = await drain(tmp_path, max_bytes_per_file=100)
+    assert got == [m for m in msgs if m not in lost]
+
+
+async def test_negative_depth_in_meta_is_recounted(tmp_path: Path) -> None:
+    msgs = msgs_of(10)
+    meta = write_queue(tmp_path, "q", msgs, 1000, consumed=4)
+    bogus = MetaText(-3, meta.read_file, meta.read_pos, meta.write_file, meta.write_pos)
+    (tmp_path / meta_name("q")).write_bytes(bogus.encode())
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=1000) as q:
+        assert q.qsize() == 6
+        assert [await q.get() for _ in range(6)] == msgs[4:]
+
+
+async def test_wrong_depth_in_meta_does_not_drift(tmp_path: Path) -> None:
+    msgs = msgs_of(10)
+    meta = write_queue(tmp_path, "q", msgs, 1000)
+    (tmp_path / meta_name("q")).write_bytes(
+        MetaText(99, 0, 0, meta.write_file, meta.write_pos).encode())
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=1000) as q:
+        assert [await q.get() for _ in range(10)] == msgs
+        # Everything on disk has been read: the queue knows it is empty.
+        assert q.qsize() == 0 and q.empty()
+
+
+async def test_reopen_many_times_keeps_order(tmp_path: Path) -> None:
+    expected: list[bytes] = []
+    got: list[bytes] = []
+    for round_ in range(8):
+        async with DiskQueue(tmp_path, "q", max_bytes_per_file=64) as q:
+            new = msgs_of(7, start=round_ * 7)
+            await q.put_many(new)
+            expected += new
+            for _ in range(5):
+                got.append(await q.get())
+    assert got == expected[: len(got)]
+    assert read_queue(tmp_path, "q") == expected[len(got):]
