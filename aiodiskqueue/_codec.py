@@ -49,21 +49,25 @@ def parse(
     """Parse whole records from ``buf``, which starts at file offset ``base``.
 
     Parsing stops at the first record that does not fit in ``buf`` (an
-    incomplete tail: the caller decides whether more bytes may follow) or at a
-    length outside ``[min_size, max_size]`` (reported in ``bad_length``).
+    incomplete tail: the caller decides whether more bytes may follow), at a
+    length outside ``[min_size, max_size]`` (reported in ``bad_length``), or
+    after ``max_records`` records when that is not negative.
     """
     records: list[tuple[bytes, int, int]] = []
     append = records.append
+    unpack = _unpack_from
     off = 0
-    size = len(buf)
-    while off + 4 <= size and max_records != 0:
-        (n,) = _unpack_from(buf, off)
+    limit = len(buf) - 4
+    left = max_records
+    while off <= limit and left != 0:
+        (n,) = unpack(buf, off)
         if n < min_size or n > max_size:
             return ParseResult(records, base + off, n)
-        end = off + 4 + n
-        if end > size:
+        start = off + 4
+        off = start + n
+        if off > limit + 4:
+            off = start - 4
             break
-        append((buf[off + 4 : end], file_num, base + end))
-        off = end
-        max_records -= 1
+        append((buf[start:off], file_num, base + off))
+        left -= 1
     return ParseResult(records, base + off, None)

@@ -369,6 +369,12 @@ class Engine:
             self.bad_files += len(res.quarantined)
             if res.remaining is not None:
                 self.depth = len(self.ready) + res.remaining
+        if self.read_at == self.write_at and self.depth != len(self.ready) and not stale:
+            # Every written record is now either ready or taken, so the depth is known
+            # exactly: a wrong depth from a meta file stops here instead of drifting.
+            log.info("%s: depth corrected from %d to %d", self.layout.meta_path, self.depth,
+                     len(self.ready))
+            self.depth = len(self.ready)
         if self.ready and self.getters:
             for _ in range(min(len(self.ready), len(self.getters))):
                 _wake(self.getters.popleft())

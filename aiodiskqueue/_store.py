@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from itertools import accumulate, chain, repeat
 from dataclasses import dataclass, field
 
 from ._codec import HEADER
@@ -21,6 +22,7 @@ from ._scan import Record, read_span, scan_segment
 log = logging.getLogger("aiodiskqueue")
 
 _pack = HEADER.pack
+_plus4 = (4).__add__
 _FLUSH_BYTES = 1 << 20  # frame at most this much before each write syscall
 
 
@@ -274,6 +276,25 @@ class SegmentStore:
         removing files this batch created).
         """
         start = (self.write_file, self.write_pos)
+        lens = list(map(len, payloads))
+        total = sum(lens) + 4 * len(lens)
+        if start[1] + total <= self.max_bytes:
+            # No record can roll the file: frame and index at C speed.
+            fnum, pos = start
+            data = b"".join(chain.from_iterable(zip(map(_pack, lens), payloads)))
+            try:
+                self._pwrite(data, pos)
+            except OSError:
+                self._rollback(start)
+                raise
+            self.write_pos = pos + total
+            self.bytes_on_disk += total
+            self._data_dirty = True
+            if not handoff:
+                return None
+            ends = accumulate(map(_plus4, lens), initial=pos)
+            next(ends)
+            return list(zip(payloads, repeat(fnum), ends))
         out: list[Record] | None = [] if handoff else None
         maxb = self.max_bytes
         fnum, pos = start

@@ -209,15 +209,20 @@ class DiskQueue:
         Raises as ``put`` does.
         """
         e = self._e
-        datas = [_as_bytes(i) for i in items]
+        datas: list[bytes] = list(items)  # type: ignore[arg-type]  # checked next
+        if not all(type(d) is bytes for d in datas):
+            datas = [_as_bytes(d) for d in datas]
+        if not datas:
+            if e.state is not State.OPEN:
+                raise e.closed_error()
+            return
+        lens = list(map(len, datas))
         lo, hi = e.min_size, e.max_size
-        for d in datas:
-            if len(d) < lo or len(d) > hi:
-                raise MessageSizeError(len(d), lo, hi)
+        if min(lens) < lo or max(lens) > hi:
+            bad = next(n for n in lens if n < lo or n > hi)
+            raise MessageSizeError(bad, lo, hi)
         if e.state is not State.OPEN:
             raise e.closed_error()
-        if not datas:
-            return
         fut = e.loop.create_future()  # type: ignore[union-attr]
         e.put_waiters.append(fut)
         if not e.pending:
@@ -225,7 +230,7 @@ class DiskQueue:
             if pr is not None and not pr.done():
                 pr.set_result(None)
         e.pending.extend(datas)
-        e.pending_bytes += sum(len(d) for d in datas) + 4 * len(datas)
+        e.pending_bytes += sum(lens) + 4 * len(lens)
         e.unwritten += len(datas)
         e.puts += len(datas)
         await fut
@@ -274,6 +279,14 @@ class DiskQueue:
         e.depth -= 1
         e.gets += 1
         e.since_sync += 1
+        if (e.ready_bytes <= e.low_water or e.since_sync >= e.sync_every or e.putters
+                or e.state is not State.OPEN):
+            self._after_take(e)
+        return payload
+
+    @staticmethod
+    def _after_take(e: Engine) -> None:
+        """Wake whoever waits on room or on a read: the rare part of taking messages."""
         if e.ready_bytes <= e.low_water:
             rs = e.read_slot
             if rs is not None and not rs.done():
@@ -283,12 +296,14 @@ class DiskQueue:
             if sr is not None and not sr.done():
                 sr.set_result(None)
         if e.putters:
-            w = e.putters.popleft()
-            if not w.done():
-                w.set_result(None)
+            room = e.maxsize - e.qsize()
+            while e.putters and room > 0:
+                w = e.putters.popleft()
+                if not w.done():
+                    w.set_result(None)
+                    room -= 1
         if e.state is State.SHUTDOWN and not e.qsize():
             e.wake_all_getters()  # drained: blocked getters raise QueueClosed now
-        return payload
 
     async def get(self) -> bytes:
         """Remove and return the oldest message, waiting until one is available.
@@ -328,11 +343,23 @@ class DiskQueue:
         """
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
-        out = [await self.get()]
+        first = await self.get()
         e = self._e
-        get = self.get_nowait
-        while len(out) < max_items and e.ready:
-            out.append(get())
+        ready = e.ready
+        k = min(max_items - 1, len(ready))
+        if k <= 0:
+            return [first]
+        # Take the rest in bulk: the same bookkeeping as k get_nowait() calls.
+        popleft = ready.popleft
+        taken = [popleft() for _ in range(k)]
+        out = [first]
+        out.extend([r[0] for r in taken])
+        _, e.read_file, e.read_pos = taken[-1]
+        e.ready_bytes -= sum(map(len, out)) - len(first)
+        e.depth -= k
+        e.gets += k
+        e.since_sync += k
+        self._after_take(e)
         return out
 
     def __aiter__(self) -> AsyncIterator[bytes]:
