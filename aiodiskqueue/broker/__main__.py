@@ -1,0 +1,63 @@
+"""``python -m aiodiskqueue.broker --data-dir D --tcp-port P --http-port Q``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from ._app import BrokerServer
+from ._options import BrokerOptions
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line (nsqd's flag names where one exists)."""
+    p = argparse.ArgumentParser(prog="python -m aiodiskqueue.broker",
+                                description="An NSQ-protocol broker on aiodiskqueue.")
+    p.add_argument("--data-dir", required=True, help="directory for queues and metadata")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--tcp-port", type=int, default=4150, help="protocol V2 port (0: any free port)")
+    p.add_argument("--http-port", type=int, default=4151, help="HTTP API port (0: any free port)")
+    p.add_argument("--msg-timeout", type=float, default=60.0, help="default message timeout, s")
+    p.add_argument("--max-attempts", type=int, default=0,
+                   help="dead-letter a message after this many deliveries (0: never)")
+    p.add_argument("--sync-every", type=int, default=2500, help="fsync every N operations")
+    p.add_argument("--sync-interval", type=float, default=2.0, help="fsync at least every T s")
+    p.add_argument("--max-msg-size", type=int, default=1 << 20, help="largest message, bytes")
+    p.add_argument("--log-level", default="WARNING")
+    return p.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Run the broker until SIGINT or SIGTERM; print the ports once listening."""
+    opts = BrokerOptions(
+        msg_timeout=args.msg_timeout,
+        max_msg_timeout=max(15 * 60.0, args.msg_timeout),
+        max_attempts=args.max_attempts,
+        sync_every=args.sync_every,
+        sync_interval=args.sync_interval,
+        max_msg_size=args.max_msg_size,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with BrokerServer(args.data_dir, host=args.host, tcp_port=args.tcp_port,
+                            http_port=args.http_port, options=opts) as server:
+        print(f"LISTENING tcp={server.tcp_port} http={server.http_port}", flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""A broker with its TCP and HTTP front ends, started and stopped together."""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Self
+
+from ._broker import Broker
+from ._http import HTTPApi
+from ._options import BrokerOptions
+from ._server import TCPServer
+
+
+class BrokerServer:
+    """An NSQ-compatible broker serving protocol V2 on TCP and nsqd's HTTP API.
+
+    ``async with BrokerServer(data_dir, tcp_port=4150, http_port=4151) as b:``
+    opens every topic and channel of ``data_dir`` and listens; ``b.tcp_port``
+    and ``b.http_port`` are the real ports (pass 0 for ephemeral ones).
+    Closing stops listening, requeues what connected clients had in flight,
+    and syncs every queue.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        host: str = "127.0.0.1",
+        tcp_port: int = 4150,
+        http_port: int = 4151,
+        options: BrokerOptions | None = None,
+    ) -> None:
+        self.broker = Broker(data_dir, options)
+        self.host = host
+        self.tcp_port = tcp_port
+        self.http_port = http_port
+        self.tcp = TCPServer(self.broker)
+        self.http = HTTPApi(self.broker)
+        self._started = False
+
+    async def start(self) -> None:
+        """Open the data directory and start listening.
+
+        Raises OSError if a port is taken, QueueLocked if another process
+        serves the same data directory.
+        """
+        await self.broker.start()
+        self._started = True
+        self.tcp_port = self.broker.tcp_port = await self.tcp.start(self.host, self.tcp_port)
+        self.http_port = self.broker.http_port = await self.http.start(self.host, self.http_port)
+
+    async def aclose(self) -> None:
+        """Stop listening, close connections, sync and close every queue; idempotent."""
+        if not self._started:
+            return
+        self._started = False
+        await self.tcp.aclose()
+        await self.http.aclose()
+        await self.broker.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+__all__ = ["BrokerServer"]

@@ -1,0 +1,190 @@
+"""The broker's registry of topics and channels, and its metadata file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from .._layout import fsync_dir
+from ._backend import open_store
+from ._options import BrokerOptions
+from ._protocol import VERSION, is_valid_name
+from ._topic import Channel, Topic
+
+log = logging.getLogger(__name__)
+
+META_FILE = "broker.meta.json"
+
+
+class Broker:
+    """Topics and channels over stores in one data directory (no network).
+
+    The TCP and HTTP front ends (:mod:`._server`, :mod:`._http`) call
+    :meth:`get_topic`, :meth:`get_channel` and :meth:`Topic.publish`. Which
+    topics and channels exist is kept in ``broker.meta.json`` (written to a
+    temporary file, fsynced and renamed), like nsqd's ``nsqd.dat``, so a
+    restarted broker reopens every channel, and with it every message that
+    was queued, deferred or in flight.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], options: BrokerOptions | None = None) -> None:
+        self.data_dir = os.fspath(data_dir)
+        self.options = options or BrokerOptions()
+        self.topics: dict[str, Topic] = {}
+        self.start_time = int(time.time())
+        self.tcp_port = 0
+        self.http_port = 0
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def start(self) -> None:
+        """Create the data directory and reopen the topics and channels of the last run."""
+        os.makedirs(self.data_dir, exist_ok=True)
+        meta = self._load_meta()
+        for t in meta.get("topics", []):
+            name = t.get("name", "")
+            if not isinstance(name, str) or not is_valid_name(name):
+                log.warning("ignoring bad topic name %r in %s", name, META_FILE)
+                continue
+            topic = await self.get_topic(name, persist=False)
+            topic.paused = bool(t.get("paused", False))
+            for c in t.get("channels", []):
+                cname = c.get("name", "")
+                if not isinstance(cname, str) or not is_valid_name(cname):
+                    log.warning("ignoring bad channel name %r in %s", cname, META_FILE)
+                    continue
+                ch = await self.get_channel(topic, cname, persist=False)
+                ch.paused = bool(c.get("paused", False))
+            topic.start_pump()
+
+    async def aclose(self) -> None:
+        """Stop the pumps, sync and close every store; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for topic in self.topics.values():
+            await topic.stop_pump()
+        for topic in self.topics.values():
+            for ch in topic.channels.values():
+                await ch.store.aclose()
+            await topic.backlog.aclose()
+
+    # ------------------------------------------------------------------ registry
+
+    async def get_topic(self, name: str, *, persist: bool = True) -> Topic:
+        """Return topic ``name``, creating it (and its store) if needed."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        async with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                store = await open_store(self.data_dir, name, self.options)
+                topic = Topic(name, store)
+                self.topics[name] = topic
+                if persist:
+                    await self.persist_meta()
+        return topic
+
+    async def get_channel(self, topic: Topic, name: str, *, persist: bool = True) -> Channel:
+        """Return channel ``name`` of ``topic``, creating it (and its store) if needed."""
+        ch = topic.channels.get(name)
+        if ch is not None:
+            return ch
+        async with self._lock:
+            ch = topic.channels.get(name)
+            if ch is None:
+                store = await open_store(self.data_dir, f"{topic.name}:{name}", self.options)
+                ch = Channel(topic, name, store)
+                topic.add_channel(ch)
+                if persist:
+                    await self.persist_meta()
+        return ch
+
+    # ------------------------------------------------------------------ metadata
+
+    def _meta_path(self) -> str:
+        return os.path.join(self.data_dir, META_FILE)
+
+    def _load_meta(self) -> dict[str, Any]:
+        try:
+            with open(self._meta_path(), "rb") as f:
+                data = json.loads(f.read())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.error("cannot read %s (%s); starting with no topics", self._meta_path(), exc)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def meta(self) -> dict[str, Any]:
+        """The metadata document: every topic and channel with its paused flag."""
+        return {
+            "version": VERSION,
+            "topics": [
+                {
+                    "name": t.name,
+                    "paused": t.paused,
+                    "channels": [{"name": c.name, "paused": c.paused} for c in t.channels.values()],
+                }
+                for t in self.topics.values()
+            ],
+        }
+
+    async def persist_meta(self) -> None:
+        """Store the metadata atomically (temp file, fsync, rename, directory fsync)."""
+        data = json.dumps(self.meta(), indent=1).encode()
+        await asyncio.get_running_loop().run_in_executor(None, self._write_meta, data)
+
+    def _write_meta(self, data: bytes) -> None:
+        path = self._meta_path()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(self.data_dir)
+
+    # ------------------------------------------------------------------ stats
+
+    def stats(self, topic: str = "", channel: str = "") -> dict[str, Any]:
+        """nsqd's ``/stats?format=json`` document, optionally narrowed to a topic/channel."""
+        topics = []
+        for t in self.topics.values():
+            if topic and t.name != topic:
+                continue
+            ts = t.stats()
+            if channel:
+                ts["channels"] = [c for c in ts["channels"] if c["channel_name"] == channel]
+            topics.append(ts)
+        return {
+            "version": VERSION,
+            "health": "OK",
+            "start_time": self.start_time,
+            "topics": topics,
+            "producers": [],
+        }
+
+    def info(self) -> dict[str, Any]:
+        """nsqd's ``/info`` document."""
+        return {
+            "version": VERSION,
+            "broadcast_address": socket.gethostname(),
+            "hostname": socket.gethostname(),
+            "http_port": self.http_port,
+            "tcp_port": self.tcp_port,
+            "start_time": self.start_time,
+        }
+
+
+__all__ = ["Broker"]

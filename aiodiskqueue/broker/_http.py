@@ -1,0 +1,269 @@
+"""nsqd's HTTP API (the part clients and tools use), on aiohttp.
+
+Responses follow nsqd's v1 conventions: success is ``200`` with a plain
+``OK`` (publish), an empty body (create/empty/pause), or a JSON document
+(``/stats?format=json``, ``/info``); errors are JSON ``{"message": "CODE"}``
+with nsqd's status codes and codes (``MISSING_ARG_TOPIC``, ``INVALID_TOPIC``,
+``MSG_TOO_BIG``, ``TOPIC_NOT_FOUND``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from ..errors import DiskQueueError
+from ._broker import Broker
+from ._protocol import ClientError, is_valid_name, parse_int, parse_mpub
+from ._topic import Channel, Topic
+
+log = logging.getLogger(__name__)
+
+_NSQ_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class HTTPError(Exception):
+    """An nsqd API error: status code and message code."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(data).encode(), status=status,
+        content_type="application/json", charset="utf-8", headers=_NSQ_HEADERS,
+    )
+
+
+def _text(text: str) -> web.Response:
+    return web.Response(text=text, headers=_NSQ_HEADERS)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except HTTPError as err:
+        return _json({"message": err.message}, err.status)
+    except web.HTTPNotFound:
+        return _json({"message": "NOT_FOUND"}, 404)
+    except web.HTTPMethodNotAllowed:
+        return _json({"message": "METHOD_NOT_ALLOWED"}, 405)
+
+
+class HTTPApi:
+    """The HTTP routes of a :class:`Broker`."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        app = web.Application(middlewares=[_errors], client_max_size=broker.options.max_body_size + 1)
+        r = app.router
+        r.add_get("/ping", self.ping)
+        r.add_get("/info", self.info)
+        r.add_get("/stats", self.stats)
+        r.add_post("/pub", self.pub)
+        r.add_post("/mpub", self.mpub)
+        r.add_post("/topic/create", self.topic_create)
+        r.add_post("/topic/empty", self.topic_empty)
+        r.add_post("/topic/pause", self.topic_pause)
+        r.add_post("/topic/unpause", self.topic_pause)
+        r.add_post("/channel/create", self.channel_create)
+        r.add_post("/channel/empty", self.channel_empty)
+        r.add_post("/channel/pause", self.channel_pause)
+        r.add_post("/channel/unpause", self.channel_pause)
+        self.app = app
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Serve on ``host:port`` (0 picks a free port); return the port."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        server = site._server
+        assert server is not None
+        sockets = getattr(server, "sockets", None) or []
+        real_port: int = sockets[0].getsockname()[1]
+        return real_port
+
+    async def aclose(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _topic_name(self, request: web.Request) -> str:
+        name = request.query.get("topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_name(name):
+            raise HTTPError(400, "INVALID_TOPIC")
+        return name
+
+    def _existing(self, request: web.Request) -> tuple[Topic, str]:
+        tname = self._topic_name(request)
+        cname = request.query.get("channel")
+        if cname is None:
+            raise HTTPError(400, "MISSING_ARG_CHANNEL")
+        if not is_valid_name(cname):
+            raise HTTPError(400, "INVALID_CHANNEL")
+        topic = self.broker.topics.get(tname)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return topic, cname
+
+    def _existing_channel(self, request: web.Request) -> Channel:
+        topic, cname = self._existing(request)
+        ch = topic.channels.get(cname)
+        if ch is None:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return ch
+
+    async def _read_limited(self, request: web.Request, limit: int, code: str) -> bytes:
+        if request.content_length is not None and request.content_length > limit:
+            raise HTTPError(413, code)
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            body += chunk
+            if len(body) > limit:
+                raise HTTPError(413, code)
+        return bytes(body)
+
+    async def _publish(self, tname: str, bodies: list[bytes], delay: float = 0.0) -> None:
+        try:
+            topic = await self.broker.get_topic(tname)
+            await topic.publish(bodies, delay)
+        except (DiskQueueError, OSError) as exc:
+            log.error("HTTP publish to %s failed: %s", tname, exc)
+            raise HTTPError(503, "EXITING") from None
+
+    # ------------------------------------------------------------------ routes
+
+    async def ping(self, request: web.Request) -> web.Response:
+        """``GET /ping``: ``OK`` while the broker is healthy."""
+        return _text("OK")
+
+    async def info(self, request: web.Request) -> web.Response:
+        """``GET /info``: version, ports, start time."""
+        return _json(self.broker.info())
+
+    async def stats(self, request: web.Request) -> web.Response:
+        """``GET /stats?format=json[&topic=T[&channel=C]]`` (text without ``format=json``)."""
+        q = request.query
+        data = self.broker.stats(q.get("topic", ""), q.get("channel", ""))
+        if q.get("format") == "json":
+            return _json(data)
+        return _text(_format_text(data))
+
+    async def pub(self, request: web.Request) -> web.Response:
+        """``POST /pub?topic=T[&defer=MS]``: publish the request body."""
+        mx = self.broker.options.max_msg_size
+        body = await self._read_limited(request, mx, "MSG_TOO_BIG")
+        if not body:
+            raise HTTPError(400, "MSG_EMPTY")
+        tname = self._topic_name(request)
+        delay = 0.0
+        if "defer" in request.query:
+            ms = parse_int(request.query["defer"].encode())
+            if ms is None or ms < 0 or ms > self.broker.options.max_req_timeout * 1000:
+                raise HTTPError(400, "INVALID_DEFER")
+            delay = ms / 1000
+        await self._publish(tname, [body], delay)
+        return _text("OK")
+
+    async def mpub(self, request: web.Request) -> web.Response:
+        """``POST /mpub?topic=T[&binary=true]``: newline-separated or binary MPUB body."""
+        opts = self.broker.options
+        if request.content_length is not None and request.content_length > opts.max_body_size:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        tname = self._topic_name(request)
+        body = await self._read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
+        if "binary" in request.query:
+            try:
+                bodies = parse_mpub(body, opts.max_msg_size)
+            except ClientError as err:
+                raise HTTPError(413, err.code[2:]) from None
+        else:
+            bodies = [b for b in body.split(b"\n") if b]
+            for b in bodies:
+                if len(b) > opts.max_msg_size:
+                    raise HTTPError(413, "MSG_TOO_BIG")
+        if bodies:
+            await self._publish(tname, bodies)
+        return _text("OK")
+
+    async def topic_create(self, request: web.Request) -> web.Response:
+        """``POST /topic/create?topic=T``."""
+        await self.broker.get_topic(self._topic_name(request))
+        return _text("")
+
+    async def topic_empty(self, request: web.Request) -> web.Response:
+        """``POST /topic/empty?topic=T``: drop what waits in the topic (not its channels)."""
+        topic = self.broker.topics.get(self._topic_name(request))
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        await topic.backlog.empty()
+        return _text("")
+
+    async def topic_pause(self, request: web.Request) -> web.Response:
+        """``POST /topic/pause`` and ``/topic/unpause``: hold messages in the topic."""
+        topic = self.broker.topics.get(self._topic_name(request))
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        topic.paused = not request.path.endswith("unpause")
+        if topic.paused:
+            await topic.stop_pump()
+        else:
+            topic.start_pump()
+        await self.broker.persist_meta()
+        return _text("")
+
+    async def channel_create(self, request: web.Request) -> web.Response:
+        """``POST /channel/create?topic=T&channel=C`` (the topic must exist, as in nsqd)."""
+        topic, cname = self._existing(request)
+        await self.broker.get_channel(topic, cname)
+        return _text("")
+
+    async def channel_empty(self, request: web.Request) -> web.Response:
+        """``POST /channel/empty?topic=T&channel=C``: drop the channel's queued messages."""
+        ch = self._existing_channel(request)
+        await ch.empty()
+        return _text("")
+
+    async def channel_pause(self, request: web.Request) -> web.Response:
+        """``POST /channel/pause`` and ``/channel/unpause``: stop or resume deliveries."""
+        ch = self._existing_channel(request)
+        ch.set_paused(not request.path.endswith("unpause"))
+        await self.broker.persist_meta()
+        return _text("")
+
+
+def _format_text(data: dict[str, Any]) -> str:
+    lines = [f"nsqd v{data['version']} (aiodiskqueue broker)", f"start_time {data['start_time']}"]
+    if not data["topics"]:
+        lines.append("\nNO_TOPICS")
+    for t in data["topics"]:
+        lines.append(
+            f"\n[{t['topic_name']:<15}] depth: {t['depth']:<5} be-depth: {t['backend_depth']:<5} "
+            f"msgs: {t['message_count']:<8}"
+        )
+        for c in t["channels"]:
+            lines.append(
+                f"    [{c['channel_name']:<25}] depth: {c['depth']:<5} inflt: {c['in_flight_count']:<4} "
+                f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
+                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["HTTPApi"]

@@ -1,0 +1,86 @@
+"""Validated broker options (nsqd's flags that this broker honours)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._protocol import Limits
+
+MiB = 1 << 20
+
+
+def _positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerOptions:
+    """Limits and storage settings of a :class:`Broker`; times in seconds.
+
+    Defaults are nsqd's: 1 MiB messages, 5 MiB MPUB bodies, RDY up to 2500,
+    60 s message timeout (a client may ask for 1 s to 15 min), requeue and
+    DPUB delays up to 1 hour, heartbeats every 30 s (a client may ask for
+    1-60 s). ``max_attempts`` > 0 moves a message that was delivered that many
+    times to the channel's dead-letter queue instead of delivering it again.
+    ``sync_every``/``sync_interval`` are passed to every queue.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
+
+    max_msg_size: int = MiB
+    max_body_size: int = 5 * MiB
+    max_rdy_count: int = 2500
+    msg_timeout: float = 60.0
+    max_msg_timeout: float = 15 * 60.0
+    max_req_timeout: float = 3600.0
+    heartbeat_interval: float = 30.0
+    max_heartbeat_interval: float = 60.0
+    max_attempts: int = 0
+    sync_every: int = 2500
+    sync_interval: float = 2.0
+    max_bytes_per_file: int = 100 * MiB
+
+    def __post_init__(self) -> None:
+        for name in ("max_msg_size", "max_body_size", "max_rdy_count", "sync_every",
+                     "max_bytes_per_file"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            if v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        if self.max_msg_size > 2**31 - 1 - 26:
+            raise ValueError(f"max_msg_size must be <= {2**31 - 27}, got {self.max_msg_size}")
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise TypeError(f"max_attempts must be an int, got {type(self.max_attempts).__name__}")
+        if not 0 <= self.max_attempts <= 65535:
+            raise ValueError(f"max_attempts must be in [0, 65535], got {self.max_attempts}")
+        for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "heartbeat_interval",
+                     "max_heartbeat_interval", "sync_interval"):
+            _positive(name, getattr(self, name))
+        if self.msg_timeout > self.max_msg_timeout:
+            raise ValueError(
+                f"msg_timeout must be <= max_msg_timeout, got {self.msg_timeout} > "
+                f"{self.max_msg_timeout}"
+            )
+        if self.heartbeat_interval > self.max_heartbeat_interval:
+            raise ValueError(
+                f"heartbeat_interval must be <= max_heartbeat_interval, got "
+                f"{self.heartbeat_interval} > {self.max_heartbeat_interval}"
+            )
+
+    def limits(self) -> Limits:
+        """The IDENTIFY negotiation limits, in milliseconds."""
+        return Limits(
+            msg_timeout_ms=round(self.msg_timeout * 1000),
+            max_msg_timeout_ms=round(self.max_msg_timeout * 1000),
+            heartbeat_interval_ms=round(self.heartbeat_interval * 1000),
+            max_heartbeat_interval_ms=round(self.max_heartbeat_interval * 1000),
+            max_rdy_count=self.max_rdy_count,
+        )
+
+
+__all__ = ["BrokerOptions"]

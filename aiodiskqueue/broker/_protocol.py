@@ -1,0 +1,291 @@
+"""NSQ TCP protocol V2 codec: frames, errors, names, IDENTIFY negotiation. Pure, no I/O.
+
+Wire format (as nsqd speaks it):
+
+* the client opens with the 4-byte magic ``b"  V2"``;
+* a command is one line ``NAME[ PARAM...]\\n`` (a trailing ``\\r`` is dropped),
+  followed for IDENTIFY, PUB, DPUB, MPUB and AUTH by a 4-byte big-endian
+  signed length and that many body bytes;
+* the server answers with frames: 4-byte size (of what follows), 4-byte frame
+  type (0 response, 1 error, 2 message), then the data. A message frame's data
+  is nsqd's message layout: 8-byte timestamp (ns), 2-byte attempts, 16-byte
+  ASCII id, body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+MAGIC_V2: Final = b"  V2"
+
+FRAME_RESPONSE: Final = 0
+FRAME_ERROR: Final = 1
+FRAME_MESSAGE: Final = 2
+
+OK: Final = b"OK"
+HEARTBEAT: Final = b"_heartbeat_"
+CLOSE_WAIT: Final = b"CLOSE_WAIT"
+
+MSG_ID_LENGTH: Final = 16
+MESSAGE_HEADER_SIZE: Final = 26  # 8 timestamp + 2 attempts + 16 id
+
+_I32: Final = struct.Struct(">i")
+_FRAME_HEAD: Final = struct.Struct(">ii")
+_MSG_HEAD: Final = struct.Struct(">ii q H")  # size, frame type, timestamp, attempts
+
+_NAME_RE: Final = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
+
+VERSION: Final = "1.3.0-aiodiskqueue"
+"""The version reported to clients (IDENTIFY, /info, /stats); NSQ protocol V2."""
+
+
+class ClientError(Exception):
+    """An NSQ error answered to the client as an error frame: ``CODE description``.
+
+    ``fatal`` errors close the connection after the frame is sent, as nsqd's
+    ``FatalClientErr`` does; the others (E_FIN_FAILED, E_REQ_FAILED,
+    E_TOUCH_FAILED) leave it open.
+    """
+
+    def __init__(self, code: str, description: str, *, fatal: bool = True) -> None:
+        super().__init__(f"{code} {description}")
+        self.code = code
+        self.description = description
+        self.fatal = fatal
+
+    def frame(self) -> bytes:
+        """The error frame to send."""
+        return frame(FRAME_ERROR, f"{self.code} {self.description}".encode())
+
+
+def frame(frame_type: int, data: bytes) -> bytes:
+    """Return one framed response: size, frame type, data."""
+    return _FRAME_HEAD.pack(len(data) + 4, frame_type) + data
+
+
+def message_frame(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """Return a message frame for a delivery (``attempts`` is clamped to 65535)."""
+    head = _MSG_HEAD.pack(len(body) + 30, FRAME_MESSAGE, timestamp, min(attempts, 0xFFFF))
+    return b"".join((head, msg_id, body))
+
+
+def read_int32(data: bytes, offset: int = 0) -> int:
+    """Decode a big-endian signed 32-bit integer at ``offset``."""
+    return int(_I32.unpack_from(data, offset)[0])
+
+
+def pack_int32(value: int) -> bytes:
+    """Encode a big-endian signed 32-bit integer."""
+    return _I32.pack(value)
+
+
+def is_valid_name(name: str) -> bool:
+    """True for a valid topic or channel name: 1-64 of ``[.a-zA-Z0-9_-]``, optional ``#ephemeral``.
+
+    Names that are only dots are refused too: they would be ``.``/``..`` on disk.
+    """
+    if not 1 <= len(name) <= 64 or _NAME_RE.match(name) is None:
+        return False
+    return name.split("#", 1)[0].strip(".") != ""
+
+
+def decode_name(raw: bytes) -> str | None:
+    """Return ``raw`` as a valid topic/channel name, or None if it is not one."""
+    try:
+        name = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return name if is_valid_name(name) else None
+
+
+def parse_int(raw: bytes) -> int | None:
+    """Parse a base-10 integer parameter (optional leading ``-``); None if malformed."""
+    if not raw or len(raw) > 19:
+        return None
+    digits = raw[1:] if raw[:1] == b"-" else raw
+    if not digits.isdigit():
+        return None
+    return int(raw)
+
+
+def check_message_id(raw: bytes) -> bytes:
+    """Validate a message id parameter (exactly 16 bytes).
+
+    Raises ClientError(E_INVALID) otherwise.
+    """
+    if len(raw) != MSG_ID_LENGTH:
+        raise ClientError("E_INVALID", "Invalid Message ID")
+    return raw
+
+
+def parse_mpub(
+    body: bytes, max_msg_size: int, *, code_prefix: str = "MPUB"
+) -> list[bytes]:
+    """Split an MPUB body (``count``, then ``count`` x (size, bytes)) into messages.
+
+    Raises ClientError with nsqd's codes: E_BAD_BODY for a bad count or
+    trailing garbage, E_BAD_MESSAGE for a bad, oversize or truncated message.
+    """
+    if len(body) < 4:
+        raise ClientError("E_BAD_BODY", f"{code_prefix} failed to read message count")
+    count = read_int32(body)
+    if count <= 0:
+        raise ClientError("E_BAD_BODY", f"{code_prefix} invalid message count {count}")
+    out: list[bytes] = []
+    off = 4
+    end = len(body)
+    for i in range(count):
+        if off + 4 > end:
+            raise ClientError("E_BAD_MESSAGE", f"{code_prefix} failed to read message({i}) body size")
+        size = read_int32(body, off)
+        off += 4
+        if size <= 0:
+            raise ClientError("E_BAD_MESSAGE", f"{code_prefix} invalid message({i}) body size {size}")
+        if size > max_msg_size:
+            raise ClientError("E_BAD_MESSAGE", f"{code_prefix} message too big {size} > {max_msg_size}")
+        if off + size > end:
+            raise ClientError("E_BAD_MESSAGE", f"{code_prefix} failed to read message body")
+        out.append(body[off : off + size])
+        off += size
+    if off != end:
+        raise ClientError("E_BAD_BODY", f"{code_prefix} body has {end - off} bytes after {count} messages")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Server-side limits that IDENTIFY negotiates against (all times in ms)."""
+
+    msg_timeout_ms: int = 60_000
+    max_msg_timeout_ms: int = 15 * 60_000
+    heartbeat_interval_ms: int = 30_000
+    max_heartbeat_interval_ms: int = 60_000
+    max_rdy_count: int = 2500
+    output_buffer_size: int = 16 * 1024
+    output_buffer_timeout_ms: int = 250
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """What a client negotiated with IDENTIFY (or the defaults without it)."""
+
+    client_id: str = ""
+    hostname: str = ""
+    user_agent: str = ""
+    heartbeat_interval_ms: int = 30_000
+    """0 means heartbeats disabled (the client sent -1)."""
+    msg_timeout_ms: int = 60_000
+    feature_negotiation: bool = False
+    sample_rate: int = 0
+
+
+def _int_field(data: dict[str, Any], key: str) -> int:
+    value = data.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ClientError("E_BAD_BODY", f"IDENTIFY {key} must be a number, got {value!r}")
+    return int(value)
+
+
+def negotiate(body: bytes, limits: Limits) -> tuple[ClientConfig, bytes]:
+    """Apply an IDENTIFY body; return the client's config and the response payload.
+
+    The response is ``OK`` unless the client asked for ``feature_negotiation``,
+    then a JSON object with nsqd's fields (``max_rdy_count``, ``version``,
+    ``max_msg_timeout``, ``msg_timeout``, ...). TLS, snappy and deflate are
+    never enabled (answered ``false``), so clients stay on the plain stream.
+
+    Raises ClientError(E_BAD_BODY) for bad JSON or out-of-range values, with
+    nsqd's wording.
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+    if not isinstance(data, dict):
+        raise ClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+
+    hb = _int_field(data, "heartbeat_interval")
+    if hb == -1:
+        heartbeat = 0
+    elif hb == 0:
+        heartbeat = limits.heartbeat_interval_ms
+    elif 1000 <= hb <= limits.max_heartbeat_interval_ms:
+        heartbeat = hb
+    else:
+        raise ClientError("E_BAD_BODY", f"IDENTIFY heartbeat interval ({hb}) is invalid")
+
+    mt = _int_field(data, "msg_timeout")
+    if mt == 0:
+        msg_timeout = limits.msg_timeout_ms
+    elif 1000 <= mt <= limits.max_msg_timeout_ms:
+        msg_timeout = mt
+    else:
+        raise ClientError("E_BAD_BODY", f"IDENTIFY msg timeout ({mt}) is invalid")
+
+    sample = _int_field(data, "sample_rate")
+    if not 0 <= sample <= 99:
+        raise ClientError("E_BAD_BODY", f"IDENTIFY sample rate ({sample}) is invalid")
+
+    def text(key: str) -> str:
+        v = data.get(key, "")
+        return v if isinstance(v, str) else str(v)
+
+    client_id = text("client_id") or text("short_id")
+    hostname = text("hostname") or text("long_id")
+    cfg = ClientConfig(
+        client_id=client_id,
+        hostname=hostname,
+        user_agent=text("user_agent"),
+        heartbeat_interval_ms=heartbeat,
+        msg_timeout_ms=msg_timeout,
+        feature_negotiation=bool(data.get("feature_negotiation", False)),
+        sample_rate=sample,
+    )
+    if not cfg.feature_negotiation:
+        return cfg, OK
+    resp = {
+        "max_rdy_count": limits.max_rdy_count,
+        "version": VERSION,
+        "max_msg_timeout": limits.max_msg_timeout_ms,
+        "msg_timeout": msg_timeout,
+        "tls_v1": False,
+        "deflate": False,
+        "deflate_level": 0,
+        "max_deflate_level": 6,
+        "snappy": False,
+        "sample_rate": sample,
+        "auth_required": False,
+        "output_buffer_size": limits.output_buffer_size,
+        "output_buffer_timeout": limits.output_buffer_timeout_ms,
+    }
+    return cfg, json.dumps(resp, separators=(",", ":")).encode()
+
+
+__all__ = [
+    "CLOSE_WAIT",
+    "FRAME_ERROR",
+    "FRAME_MESSAGE",
+    "FRAME_RESPONSE",
+    "HEARTBEAT",
+    "MAGIC_V2",
+    "OK",
+    "ClientConfig",
+    "ClientError",
+    "Limits",
+    "check_message_id",
+    "decode_name",
+    "frame",
+    "is_valid_name",
+    "message_frame",
+    "negotiate",
+    "pack_int32",
+    "parse_int",
+    "parse_mpub",
+    "read_int32",
+]

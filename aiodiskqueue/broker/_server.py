@@ -1,0 +1,535 @@
+"""The NSQ TCP protocol V2 server: one :class:`Connection` per client, on asyncio streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import DiskQueueError
+from ._backend import Delivery, StoreError
+from ._broker import Broker
+from ._protocol import (
+    CLOSE_WAIT,
+    FRAME_RESPONSE,
+    HEARTBEAT,
+    MAGIC_V2,
+    OK,
+    ClientConfig,
+    ClientError,
+    check_message_id,
+    decode_name,
+    frame,
+    message_frame,
+    negotiate,
+    parse_int,
+    parse_mpub,
+    read_int32,
+)
+from ._topic import Channel
+
+log = logging.getLogger(__name__)
+
+_LINE_LIMIT = 64 * 1024
+_WRITE_HIGH_WATER = 1 << 20
+_ids = itertools.count(1)
+
+_HEARTBEAT_FRAME = frame(FRAME_RESPONSE, HEARTBEAT)
+_OK_FRAME = frame(FRAME_RESPONSE, OK)
+
+
+class State(enum.IntEnum):
+    """nsqd's client states (the numbers appear in /stats)."""
+
+    INIT = 0
+    SUBSCRIBED = 2
+    CLOSING = 3
+
+
+class Connection:
+    """One client connection speaking protocol V2.
+
+    Commands are handled in order, one at a time, as nsqd does: a ``PUB`` is
+    answered ``OK`` only after the message is stored in every channel. While
+    subscribed, a pump task takes messages from the channel's store whenever
+    the client's in-flight count is below its ``RDY`` count and writes them
+    out. Frames produced in one event loop iteration go out in one write.
+    When the connection ends, every message still in flight for it is
+    requeued at once (nsqd waits for the message timeout instead).
+    """
+
+    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        self.id = next(_ids)
+        opts = broker.options
+        self.config = ClientConfig(
+            heartbeat_interval_ms=round(opts.heartbeat_interval * 1000),
+            msg_timeout_ms=round(opts.msg_timeout * 1000),
+        )
+        self.state = State.INIT
+        self.channel: Channel | None = None
+        self.rdy = 0
+        self.in_flight: dict[bytes, Delivery] = {}
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.connect_ts = int(time.time())
+        peer = writer.get_extra_info("peername")
+        self.remote_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._closed = False
+        self._pump: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._next_prune = 0.0
+        self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[bytes | None]]] = {
+            b"IDENTIFY": self._identify,
+            b"SUB": self._sub,
+            b"RDY": self._rdy,
+            b"FIN": self._fin,
+            b"REQ": self._req,
+            b"TOUCH": self._touch,
+            b"PUB": self._pub,
+            b"MPUB": self._mpub,
+            b"DPUB": self._dpub,
+            b"NOP": self._nop,
+            b"CLS": self._cls,
+            b"AUTH": self._auth,
+        }
+
+    # ------------------------------------------------------------------ output
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the socket; everything queued in one loop iteration is one write."""
+        if self._closed:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and not self._closed:
+            out, self._out = self._out, []
+            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
+
+    async def _drain_if_needed(self) -> None:
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            self._flush()
+            await self.writer.drain()
+
+    # ------------------------------------------------------------------ main loop
+
+    async def run(self) -> None:
+        """Serve the connection until the client leaves or a fatal error."""
+        try:
+            try:
+                magic = await self._read_with_deadline(self.reader.readexactly(4))
+            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+                return
+            if magic != MAGIC_V2:
+                self.send(ClientError("E_BAD_PROTOCOL", f"bad protocol magic {magic!r}").frame())
+                return
+            self._heartbeat = asyncio.get_running_loop().create_task(self._run_heartbeat())
+            while True:
+                try:
+                    line = await self._read_with_deadline(self.reader.readuntil(b"\n"))
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                except TimeoutError:
+                    log.info("client %s: no data for two heartbeat intervals, closing", self)
+                    return
+                except asyncio.LimitOverrunError:
+                    self.send(ClientError("E_INVALID", "command line too long").frame())
+                    return
+                line = line[:-1]
+                if line[-1:] == b"\r":
+                    line = line[:-1]
+                params = line.split(b" ")
+                handler = self._handlers.get(params[0])
+                try:
+                    if handler is None:
+                        raise ClientError("E_INVALID", f"invalid command {_show(params[0])}")
+                    resp = await handler(params)
+                except ClientError as err:
+                    log.info("client %s: %s", self, err)
+                    self.send(err.frame())
+                    if err.fatal:
+                        return
+                    continue
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                if resp is not None:
+                    self.send(resp)
+                await self._drain_if_needed()
+        except Exception:
+            log.exception("client %s: unexpected error", self)
+        finally:
+            await self._teardown()
+
+    async def _read_with_deadline(self, aw: Awaitable[bytes]) -> bytes:
+        hb = self.config.heartbeat_interval_ms
+        if hb <= 0:
+            return await aw
+        return await asyncio.wait_for(aw, timeout=2 * hb / 1000)
+
+    async def _teardown(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        await self._stop_pump()
+        ch = self.channel
+        if ch is not None:
+            ch.clients.pop(self.id, None)
+        pending = list(self.in_flight.values())
+        self.in_flight.clear()
+        for d in pending:
+            with contextlib.suppress(StoreError, DiskQueueError):
+                await d.requeue(0.0)
+        self._flush()
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self.writer.close()
+            await self.writer.wait_closed()
+
+    async def _run_heartbeat(self) -> None:
+        while True:
+            hb = self.config.heartbeat_interval_ms
+            if hb <= 0:
+                return
+            await asyncio.sleep(hb / 1000)
+            self.send(_HEARTBEAT_FRAME)
+
+    # ------------------------------------------------------------------ body helpers
+
+    async def _read_body(self, what: str, code: str, limit: int, *, size_word: str = "body size") -> bytes:
+        n = read_int32(await self.reader.readexactly(4))
+        if n <= 0:
+            raise ClientError(code, f"{what} invalid {size_word} {n}")
+        if n > limit:
+            raise ClientError(code, f"{what} {'message' if code == 'E_BAD_MESSAGE' else 'body'} too big {n} > {limit}")
+        return await self.reader.readexactly(n)
+
+    async def _topic_param(self, params: list[bytes], cmd: str, nparams: int) -> str:
+        if len(params) < nparams:
+            raise ClientError("E_INVALID", f"{cmd} insufficient number of parameters")
+        name = decode_name(params[1])
+        if name is None:
+            raise ClientError("E_BAD_TOPIC", f"{cmd} topic name {_show(params[1])} is not valid")
+        return name
+
+    # ------------------------------------------------------------------ commands
+
+    async def _identify(self, params: list[bytes]) -> bytes | None:
+        if self.state is not State.INIT:
+            raise ClientError("E_INVALID", "cannot IDENTIFY in current state")
+        body = await self._read_body("IDENTIFY", "E_BAD_BODY", self.broker.options.max_body_size)
+        self.config, resp = negotiate(body, self.broker.options.limits())
+        if self._heartbeat is not None:
+            # Restart the ticker with the negotiated interval.
+            self._heartbeat.cancel()
+            self._heartbeat = asyncio.get_running_loop().create_task(self._run_heartbeat())
+        return frame(FRAME_RESPONSE, resp)
+
+    async def _auth(self, params: list[bytes]) -> bytes | None:
+        if self.state is not State.INIT:
+            raise ClientError("E_INVALID", "cannot AUTH in current state")
+        await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
+        raise ClientError("E_AUTH_DISABLED", "AUTH Disabled")
+
+    async def _sub(self, params: list[bytes]) -> bytes | None:
+        if self.state is not State.INIT:
+            raise ClientError("E_INVALID", "cannot SUB in current state")
+        if self.config.heartbeat_interval_ms <= 0:
+            raise ClientError("E_INVALID", "cannot SUB with heartbeats disabled")
+        if len(params) < 3:
+            raise ClientError("E_INVALID", "SUB insufficient number of parameters")
+        tname = decode_name(params[1])
+        if tname is None:
+            raise ClientError("E_BAD_TOPIC", f"SUB topic name {_show(params[1])} is not valid")
+        cname = decode_name(params[2])
+        if cname is None:
+            raise ClientError("E_BAD_CHANNEL", f"SUB channel name {_show(params[2])} is not valid")
+        topic = await self.broker.get_topic(tname)
+        ch = await self.broker.get_channel(topic, cname)
+        ch.clients[self.id] = self
+        self.channel = ch
+        self.state = State.SUBSCRIBED
+        return _OK_FRAME
+
+    async def _rdy(self, params: list[bytes]) -> bytes | None:
+        if self.state is State.CLOSING:
+            return None
+        if self.state is not State.SUBSCRIBED:
+            raise ClientError("E_INVALID", "cannot RDY in current state")
+        count = 1
+        if len(params) > 1:
+            parsed = parse_int(params[1])
+            if parsed is None:
+                raise ClientError("E_INVALID", f"RDY could not parse count {_show(params[1])}")
+            count = parsed
+        mx = self.broker.options.max_rdy_count
+        if count < 0 or count > mx:
+            raise ClientError("E_INVALID", f"RDY count {count} out of range 0-{mx}")
+        if count != self.rdy:
+            self.rdy = count
+            await self._stop_pump()
+            if count > 0:
+                self._start_pump()
+        return None
+
+    def _settle_params(self, params: list[bytes], cmd: str, nparams: int) -> Delivery:
+        if self.state not in (State.SUBSCRIBED, State.CLOSING):
+            raise ClientError("E_INVALID", f"cannot {cmd} in current state")
+        if len(params) < nparams:
+            raise ClientError("E_INVALID", f"{cmd} insufficient number of params")
+        msg_id = check_message_id(params[1])
+        d = self.in_flight.get(msg_id)
+        if d is None:
+            code = {"FIN": "E_FIN_FAILED", "REQ": "E_REQ_FAILED", "TOUCH": "E_TOUCH_FAILED"}[cmd]
+            raise ClientError(code, f"{cmd} {_show(msg_id)} failed ID not in flight", fatal=False)
+        return d
+
+    async def _fin(self, params: list[bytes]) -> bytes | None:
+        d = self._settle_params(params, "FIN", 2)
+        del self.in_flight[d.id]
+        self.wake()
+        try:
+            await d.finish()
+        except StoreError as exc:
+            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}", fatal=False) from None
+        self.finish_count += 1
+        return None
+
+    async def _req(self, params: list[bytes]) -> bytes | None:
+        d = self._settle_params(params, "REQ", 3)
+        ms = parse_int(params[2])
+        if ms is None:
+            raise ClientError("E_INVALID", f"REQ could not parse timeout {_show(params[2])}")
+        mx = round(self.broker.options.max_req_timeout * 1000)
+        if ms < 0 or ms > mx:
+            raise ClientError("E_INVALID", f"REQ timeout {ms} out of range 0-{mx}")
+        del self.in_flight[d.id]
+        self.wake()
+        try:
+            await d.requeue(ms / 1000)
+        except StoreError as exc:
+            raise ClientError("E_REQ_FAILED", f"REQ {_show(d.id)} failed {exc}", fatal=False) from None
+        self.requeue_count += 1
+        return None
+
+    async def _touch(self, params: list[bytes]) -> bytes | None:
+        d = self._settle_params(params, "TOUCH", 2)
+        try:
+            await d.touch()
+        except StoreError as exc:
+            self.in_flight.pop(d.id, None)
+            self.wake()
+            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_show(d.id)} failed {exc}", fatal=False) from None
+        return None
+
+    async def _nop(self, params: list[bytes]) -> bytes | None:
+        return None
+
+    async def _cls(self, params: list[bytes]) -> bytes | None:
+        if self.state is not State.SUBSCRIBED:
+            raise ClientError("E_INVALID", "cannot CLS in current state")
+        self.state = State.CLOSING
+        self.rdy = 0
+        await self._stop_pump()
+        return frame(FRAME_RESPONSE, CLOSE_WAIT)
+
+    async def _pub(self, params: list[bytes]) -> bytes | None:
+        tname = await self._topic_param(params, "PUB", 2)
+        body = await self._read_body("PUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
+                                     size_word="message body size")
+        await self._publish("E_PUB_FAILED", "PUB", tname, [body])
+        return _OK_FRAME
+
+    async def _dpub(self, params: list[bytes]) -> bytes | None:
+        tname = await self._topic_param(params, "DPUB", 3)
+        ms = parse_int(params[2])
+        if ms is None:
+            raise ClientError("E_INVALID", f"DPUB could not parse timeout {_show(params[2])}")
+        mx = round(self.broker.options.max_req_timeout * 1000)
+        if ms < 0 or ms > mx:
+            raise ClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{mx}")
+        body = await self._read_body("DPUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
+                                     size_word="message body size")
+        await self._publish("E_DPUB_FAILED", "DPUB", tname, [body], ms / 1000)
+        return _OK_FRAME
+
+    async def _mpub(self, params: list[bytes]) -> bytes | None:
+        tname = await self._topic_param(params, "MPUB", 2)
+        body = await self._read_body("MPUB", "E_BAD_BODY", self.broker.options.max_body_size)
+        bodies = parse_mpub(body, self.broker.options.max_msg_size)
+        await self._publish("E_MPUB_FAILED", "MPUB", tname, bodies)
+        return _OK_FRAME
+
+    async def _publish(self, code: str, cmd: str, tname: str, bodies: list[bytes],
+                       delay: float = 0.0) -> None:
+        try:
+            topic = await self.broker.get_topic(tname)
+            await topic.publish(bodies, delay)
+        except (DiskQueueError, OSError) as exc:
+            log.error("client %s: %s to %s failed: %s", self, cmd, tname, exc)
+            raise ClientError(code, f"{cmd} failed {exc}") from None
+
+    # ------------------------------------------------------------------ delivery
+
+    def _start_pump(self) -> None:
+        if self._pump is None and self.channel is not None and not self._closed:
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
+    async def _stop_pump(self) -> None:
+        t, self._pump = self._pump, None
+        if t is not None:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def _run_pump(self) -> None:
+        ch = self.channel
+        assert ch is not None
+        store = ch.store
+        loop = asyncio.get_running_loop()
+        timeout = self.config.msg_timeout_ms / 1000
+        in_flight = self.in_flight
+        while True:
+            while len(in_flight) >= self.rdy or ch.paused:
+                now = loop.time()
+                if now >= self._next_prune:
+                    self._prune(now, timeout)
+                    if len(in_flight) < self.rdy and not ch.paused:
+                        break
+                fut = self._waiter = loop.create_future()
+                timer = loop.call_later(max(0.0, self._next_prune - now), _wake, fut)
+                try:
+                    await fut
+                finally:
+                    timer.cancel()
+                    self._waiter = None
+            # No await between get() returning and the message being recorded and
+            # written, so cancelling the pump never strands a delivery.
+            d = await store.get(timeout)
+            in_flight[d.id] = d
+            self.message_count += 1
+            ch.message_count += 1
+            self.send(message_frame(d.timestamp, d.attempts, d.id, d.body))
+            await self._drain_if_needed()
+
+    def _prune(self, now: float, timeout: float) -> None:
+        """Forget deliveries the store took back after their deadline (timed out)."""
+        self._next_prune = now + min(1.0, timeout / 4)
+        stale = [k for k, d in self.in_flight.items() if not _alive(d)]
+        for k in stale:
+            del self.in_flight[k]
+
+    # ------------------------------------------------------------------ Subscriber
+
+    def wake(self) -> None:
+        """Let the pump re-check the RDY count, the in-flight count and the pause flag."""
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def channel_emptied(self) -> None:
+        """The channel dropped its messages; what was in flight here is gone too."""
+        self.in_flight.clear()
+        self.wake()
+
+    def stats(self) -> dict[str, Any]:
+        """nsqd's client stats object."""
+        cfg = self.config
+        return {
+            "client_id": cfg.client_id,
+            "hostname": cfg.hostname,
+            "version": "V2",
+            "remote_address": self.remote_address,
+            "state": int(self.state),
+            "ready_count": self.rdy,
+            "in_flight_count": len(self.in_flight),
+            "message_count": self.message_count,
+            "finish_count": self.finish_count,
+            "requeue_count": self.requeue_count,
+            "connect_ts": self.connect_ts,
+            "sample_rate": cfg.sample_rate,
+            "deflate": False,
+            "snappy": False,
+            "user_agent": cfg.user_agent,
+            "tls": False,
+            "msg_timeout": cfg.msg_timeout_ms,
+        }
+
+    def __repr__(self) -> str:
+        return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _alive(d: Delivery) -> bool:
+    alive = getattr(d, "in_flight", True)
+    return bool(alive)
+
+
+def _show(raw: bytes) -> str:
+    """A parameter for an error message: quoted, never longer than 80 characters."""
+    text = raw[:80].decode("utf-8", "backslashreplace")
+    return f'"{text}"' + ("..." if len(raw) > 80 else "")
+
+
+class TCPServer:
+    """Accepts protocol V2 connections for a :class:`Broker`."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.connections: dict[int, Connection] = {}
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 picks a free port); return the port."""
+        self._server = await asyncio.start_server(self._handle, host, port, limit=_LINE_LIMIT)
+        sock = self._server.sockets[0]
+        real_port: int = sock.getsockname()[1]
+        return real_port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self.broker, reader, writer)
+        self.connections[conn.id] = conn
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await conn.run()
+        finally:
+            self.connections.pop(conn.id, None)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def aclose(self) -> None:
+        """Stop listening and close every connection (their in-flight messages are requeued)."""
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+__all__ = ["Connection", "TCPServer"]

@@ -1,0 +1,184 @@
+"""Topics and channels: fan-out of published messages to durable channel stores."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+from ._backend import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class Subscriber(Protocol):
+    """What a channel needs to know about a subscribed connection."""
+
+    def stats(self) -> dict[str, Any]:
+        """nsqd's client stats object."""
+        ...
+
+    def channel_emptied(self) -> None:
+        """The channel dropped its messages; forget what is in flight."""
+        ...
+
+    def wake(self) -> None:
+        """Something the delivery pump waits for changed (pause flag, in-flight count)."""
+        ...
+
+
+class Channel:
+    """One channel of a topic: an independent durable copy of the topic's stream."""
+
+    def __init__(self, topic: Topic, name: str, store: Store) -> None:
+        self.topic = topic
+        self.name = name
+        self.store = store
+        self.clients: dict[int, Subscriber] = {}
+        self.paused = False
+        self.message_count = 0
+        """Deliveries to clients since the broker started."""
+
+    @property
+    def queue_name(self) -> str:
+        """The store's name on disk: ``topic:channel``, as nsqd names its channel queues."""
+        return f"{self.topic.name}:{self.name}"
+
+    def stats(self) -> dict[str, Any]:
+        """nsqd's channel stats object (``/stats?format=json``)."""
+        s = self.store.stats()
+        return {
+            "channel_name": self.name,
+            "depth": s.depth,
+            "backend_depth": s.depth,
+            "in_flight_count": s.in_flight,
+            "deferred_count": s.deferred,
+            "message_count": self.message_count,
+            "requeue_count": s.requeued,
+            "timeout_count": s.timed_out,
+            "finish_count": s.finished,
+            "dead_letter_count": s.dead_lettered,
+            "client_count": len(self.clients),
+            "clients": [c.stats() for c in self.clients.values()],
+            "paused": self.paused,
+            "e2e_processing_latency": {"count": 0, "percentiles": None},
+        }
+
+    async def empty(self) -> None:
+        """Drop every queued and deferred message; clients forget their in-flight ones."""
+        await self.store.empty()
+        for c in list(self.clients.values()):
+            c.channel_emptied()
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume delivery to this channel's clients."""
+        self.paused = paused
+        for c in self.clients.values():
+            c.wake()
+
+
+class Topic:
+    """A topic: publishes go to every channel's store.
+
+    While a topic has no channel, or is paused, published messages wait in the
+    topic's own store (as nsqd keeps them in the topic); when a channel appears a
+    pump moves them to every channel, finishing each one in the topic store
+    only after all channel stores accepted it, so a crash in between
+    duplicates at worst and never loses.
+    """
+
+    def __init__(self, name: str, backlog: Store) -> None:
+        self.name = name
+        self.backlog = backlog
+        self.channels: dict[str, Channel] = {}
+        self.paused = False
+        self.message_count = 0
+        self.message_bytes = 0
+        self._pump: asyncio.Task[None] | None = None
+
+    async def publish(self, bodies: list[bytes], delay: float = 0.0) -> None:
+        """Store ``bodies`` for every channel (or in the topic while it has none).
+
+        Returns once every store accepted them (written to the OS, or fsynced
+        with ``sync_every=1``).
+        """
+        chans = list(self.channels.values())
+        if not chans or self.paused:
+            await _put(self.backlog, bodies, delay)
+        elif len(chans) == 1:
+            await _put(chans[0].store, bodies, delay)
+        else:
+            await asyncio.gather(*(_put(c.store, bodies, delay) for c in chans))
+        self.message_count += len(bodies)
+        self.message_bytes += sum(map(len, bodies))
+
+    def add_channel(self, channel: Channel) -> None:
+        """Register ``channel`` and start moving the topic's backlog to the channels."""
+        self.channels[channel.name] = channel
+        self.start_pump()
+
+    def remove_channel(self, name: str) -> Channel | None:
+        """Forget channel ``name``; stop the backlog pump when none is left."""
+        ch = self.channels.pop(name, None)
+        if not self.channels and self._pump is not None:
+            self._pump.cancel()
+            self._pump = None
+        return ch
+
+    def start_pump(self) -> None:
+        """Start the backlog pump if there are channels and it is not running."""
+        if self.channels and not self.paused and (self._pump is None or self._pump.done()):
+            self._pump = asyncio.get_running_loop().create_task(
+                self._run_pump(), name=f"topic-pump-{self.name}"
+            )
+
+    async def stop_pump(self) -> None:
+        """Cancel the backlog pump and wait for it (a cancelled get loses nothing)."""
+        t, self._pump = self._pump, None
+        if t is not None:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def _run_pump(self) -> None:
+        while self.channels:
+            d = await self.backlog.get()
+            try:
+                chans = list(self.channels.values())
+                if not chans:
+                    await d.requeue(0.0)
+                    return
+                await asyncio.gather(*(c.store.put(d.body) for c in chans))
+            except BaseException:
+                with contextlib.suppress(StoreError, Exception):
+                    await asyncio.shield(d.requeue(0.0))
+                raise
+            await d.finish()
+
+    def stats(self) -> dict[str, Any]:
+        """nsqd's topic stats object."""
+        s = self.backlog.stats()
+        return {
+            "topic_name": self.name,
+            "channels": [c.stats() for c in self.channels.values()],
+            "depth": s.depth + s.deferred,
+            "backend_depth": s.depth,
+            "message_count": self.message_count,
+            "message_bytes": self.message_bytes,
+            "paused": self.paused,
+            "e2e_processing_latency": {"count": 0, "percentiles": None},
+        }
+
+
+async def _put(store: Store, bodies: list[bytes], delay: float) -> None:
+    if delay > 0:
+        for b in bodies:
+            await store.put(b, delay)
+    elif len(bodies) == 1:
+        await store.put(bodies[0])
+    else:
+        await store.put_many(bodies)
+
+
+__all__ = ["Channel", "Subscriber", "Topic"]
