@@ -1,0 +1,671 @@
+"""The ``aiodiskqueue`` command: look at, check and repair queues on disk.
+
+Every command works on the files alone, so it also works on queues written by
+go-diskqueue / nsqd. Read-only commands (``ls``, ``inspect``, ``dump``,
+``verify``, ``stats``) never change a file and take ``--json``. ``repair``
+refuses to run while a live process has the queue open.
+
+Exit codes: 0 success (``verify``: sound; ``repair --dry-run``: nothing to do),
+1 problems found or repairs needed, 2 usage or operational error (no such queue,
+queue locked, unreadable directory), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
+
+from . import __version__
+from ._inspect import (
+    Follower,
+    Message,
+    Problem,
+    QueueNotFound,
+    QueueReport,
+    Watcher,
+    analyze,
+    holder,
+    iter_messages,
+    plan_repair,
+    queue_exists,
+    repair,
+    total_bytes,
+)
+from ._layout import Layout, queue_names
+from ._meta import load_meta
+from .errors import QueueLocked
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+_NSQ_HEADER = 8 + 2 + 16  # timestamp (ns, int64), attempts (uint16), id (16 ASCII hex)
+
+
+class CliError(Exception):
+    """An error reported to the user as one line on stderr, exit code 2."""
+
+
+# ---------------------------------------------------------------------- output helpers
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _json_line(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+
+def _json_doc(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _table(rows: list[list[str]], right: frozenset[int] = frozenset()) -> None:
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        _out("  ".join(cells).rstrip())
+
+
+@contextlib.contextmanager
+def _progress(total: int, enabled: bool, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A byte progress bar on stderr when it is a terminal and rich is installed."""
+    if not enabled or total <= 0 or not sys.stderr.isatty():
+        yield None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+    except ImportError:
+        yield None
+        return
+    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(),
+                   console=Console(stderr=True), transient=True)
+    with bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    directory = args.directory
+    if not os.path.isdir(directory):
+        raise CliError(f"not a directory: {directory}")
+    lay = Layout(directory, args.name)
+    if not queue_exists(lay):
+        raise CliError(f"no queue named {args.name!r} in {directory}")
+    return lay
+
+
+def _analyze(args: argparse.Namespace, lay: Layout) -> QueueReport:
+    with _progress(total_bytes(lay), not args.no_progress, f"scanning {lay.name}") as cb:
+        return analyze(lay, args.min_msg_size, args.max_msg_size, cb)
+
+
+def _pos(p: tuple[int, int]) -> str:
+    return f"{p[0]},{p[1]}"
+
+
+# ---------------------------------------------------------------------- ls
+
+
+def _ls_entry(lay: Layout) -> dict[str, Any]:
+    segs = lay.segments()
+    size = 0
+    for path in segs.values():
+        with contextlib.suppress(FileNotFoundError):
+            size += os.stat(path).st_size
+    try:
+        meta = load_meta(lay.meta_path)
+    except ValueError:
+        meta = None
+    if meta is not None:
+        depth, read, write, meta_state = meta.depth, meta.read, meta.write, "ok"
+    else:
+        # No usable meta: count what a reader would find (as the queue does on open).
+        rep = analyze(lay)
+        depth, read, write, meta_state = rep.depth, rep.read, rep.write, rep.meta_state
+    bad = lay.bad_files()
+    return {
+        "name": lay.name,
+        "depth": depth,
+        "segments": len(segs),
+        "bytes": size,
+        "read_file_num": read[0],
+        "read_pos": read[1],
+        "write_file_num": write[0],
+        "write_pos": write[1],
+        "bad_files": len(bad),
+        "bad_file_names": [os.path.basename(b) for b in bad],
+        "locked_by_pid": holder(lay),
+        "meta": meta_state,
+    }
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    """List every queue in a directory."""
+    directory = args.directory
+    try:
+        names = queue_names(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CliError(f"not a directory: {directory}") from None
+    entries = [_ls_entry(Layout(directory, n)) for n in names]
+    if args.json:
+        _json_doc(entries)
+        return EXIT_OK
+    if not entries:
+        _out(f"no queues in {directory}")
+        return EXIT_OK
+    rows = [["NAME", "DEPTH", "SEGMENTS", "BYTES", "READ", "WRITE", "BAD", "LOCKED BY"]]
+    for e in entries:
+        rows.append([
+            e["name"] + ("" if e["meta"] == "ok" else f" (meta {e['meta']})"),
+            str(e["depth"]), str(e["segments"]), str(e["bytes"]),
+            f"{e['read_file_num']},{e['read_pos']}", f"{e['write_file_num']},{e['write_pos']}",
+            str(e["bad_files"]),
+            "-" if e["locked_by_pid"] is None else str(e["locked_by_pid"]),
+        ])
+    _table(rows, right=frozenset({1, 2, 3, 6}))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- inspect / verify
+
+
+def _print_problems(problems: Sequence[Problem]) -> None:
+    for p in problems:
+        _out(f"  {p}")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Show the meta file, every segment, and what is read and unread."""
+    lay = _layout(args)
+    rep = _analyze(args, lay)
+    if args.json:
+        _json_doc(rep.to_dict())
+        return EXIT_OK
+    _out(f"queue     {rep.name} in {rep.directory}")
+    m = rep.meta
+    meta_file = os.path.basename(lay.meta_path)
+    if m is None:
+        _out(f"meta      {meta_file}: {rep.meta_state}" +
+             (f" ({rep.meta_error})" if rep.meta_error else ""))
+    else:
+        _out(f"meta      {meta_file}: depth {m.depth}, read {_pos(m.read)}, "
+             f"write {_pos(m.write)}")
+    _out("lock      " + ("not open" if rep.locked_by_pid is None
+                         else f"open in process {rep.locked_by_pid}"))
+    _out(f"segments  {len(rep.segments)} file(s), {rep.bytes_on_disk} bytes")
+    if rep.segments:
+        rows = [["  FILE", "SIZE", "RECORDS", "BYTES", "CONSUMED", "UNREAD", "ROLE", "PROBLEM"]]
+        for s in rep.segments:
+            prob = "-" if s.problem is None else f"{s.problem} @ {s.problem_offset}"
+            rows.append(["  " + s.file, str(s.size), str(s.consumed + s.unread),
+                         f"0..{s.end}", str(s.consumed), str(s.unread), s.role, prob])
+        _table(rows, right=frozenset({1, 2, 4, 5}))
+    unread = f"{rep.depth} message(s) unread, from {_pos(rep.read)} to {_pos(rep.write)}"
+    _out(f"unread    {unread}")
+    if m is not None:
+        state = "consistent" if m.depth == rep.indexed_depth else "MISMATCH"
+        tail = rep.depth - (rep.indexed_depth or 0)
+        extra = f"; {tail} more past the meta's write position" if tail else ""
+        _out(f"depth     meta {m.depth}, scan {rep.indexed_depth} ({state}){extra}")
+    for b in rep.bad_files:
+        _out(f"quarantined {os.path.basename(b)} ({os.stat(b).st_size} bytes)")
+    for n in rep.notes:
+        if not n.endswith(": quarantined"):
+            _out(f"note      {n}")
+    if rep.problems:
+        _out(f"problems  {len(rep.problems)}")
+        _print_problems(rep.problems)
+    else:
+        _out("problems  none")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Scan every record; exit 0 when sound, 1 listing each problem."""
+    lay = _layout(args)
+    rep = _analyze(args, lay)
+    code = EXIT_OK if rep.sound else EXIT_PROBLEMS
+    if args.json:
+        _json_doc({"name": rep.name, "directory": rep.directory, "sound": rep.sound,
+                   "depth": rep.depth, "segments": len(rep.segments),
+                   "problems": [p.to_dict() for p in rep.problems],
+                   "quarantined": [os.path.basename(b) for b in rep.bad_files],
+                   "locked_by_pid": rep.locked_by_pid, "notes": list(rep.notes)})
+        return code
+    if rep.sound:
+        _out(f"{rep.name}: sound ({rep.depth} unread message(s) in "
+             f"{len(rep.segments)} segment(s))")
+    else:
+        _out(f"{rep.name}: {len(rep.problems)} problem(s)")
+        _print_problems(rep.problems)
+    for b in rep.bad_files:
+        _out(f"  quarantined {os.path.basename(b)} (not a problem: set aside earlier)")
+    if rep.locked_by_pid is not None:
+        _out(f"  note: open in process {rep.locked_by_pid}; a stale meta is normal while "
+             "it runs")
+    return code
+
+
+# ---------------------------------------------------------------------- repair
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Make a damaged queue consistent again, keeping every readable record."""
+    lay = _layout(args)
+    pid = holder(lay)
+    if pid is not None:
+        raise CliError(f"refusing to repair {lay.name!r}: it is open in process {pid}")
+    if args.dry_run:
+        plan = plan_repair(_analyze(args, lay))
+        if args.json:
+            _json_doc({"name": lay.name, "dry_run": True, "needed": plan.needed,
+                       "problems": [p.to_dict() for p in plan.report.problems],
+                       "actions": [a.to_dict() for a in plan.actions]})
+        elif plan.needed:
+            _out(f"{lay.name}: {len(plan.actions)} repair(s) needed (dry run, nothing changed)")
+            _print_problems(plan.report.problems)
+            _out("would:")
+            for a in plan.actions:
+                _out(f"  {a}")
+        else:
+            _out(f"{lay.name}: nothing to repair")
+        return EXIT_PROBLEMS if plan.needed else EXIT_OK
+    try:
+        with _progress(total_bytes(lay), not args.no_progress, f"scanning {lay.name}") as cb:
+            plan, done = repair(lay, args.min_msg_size, args.max_msg_size, cb)
+    except QueueLocked as exc:
+        raise CliError(f"refusing to repair {lay.name!r}: {exc}") from None
+    after = analyze(lay, args.min_msg_size, args.max_msg_size)
+    if args.json:
+        _json_doc({"name": lay.name, "dry_run": False, "needed": plan.needed,
+                   "problems": [p.to_dict() for p in plan.report.problems],
+                   "actions": [a.to_dict() for a in plan.actions], "done": done,
+                   "sound": after.sound,
+                   "remaining": [p.to_dict() for p in after.problems]})
+    elif not plan.needed:
+        _out(f"{lay.name}: nothing to repair")
+    else:
+        _out(f"{lay.name}: repaired")
+        for d in done:
+            _out(f"  {d}")
+        if after.sound:
+            _out(f"  now sound: {after.depth} unread message(s)")
+        else:
+            _out("  still not sound:")
+            _print_problems(after.problems)
+    return EXIT_OK if after.sound else EXIT_PROBLEMS
+
+
+# ---------------------------------------------------------------------- dump
+
+
+def _text(data: bytes) -> tuple[str, str]:
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def _nsq_fields(payload: bytes) -> dict[str, Any] | None:
+    if len(payload) < _NSQ_HEADER:
+        return None
+    ts = int.from_bytes(payload[0:8], "big", signed=True)
+    attempts = int.from_bytes(payload[8:10], "big")
+    msg_id = payload[10:26]
+    body, enc = _text(payload[26:])
+    when = dt.datetime.fromtimestamp(ts / 1e9, tz=dt.UTC)
+    return {"id": msg_id.decode("ascii", "replace"), "timestamp_ns": ts,
+            "timestamp": when.isoformat().replace("+00:00", "Z"), "attempts": attempts,
+            "body": body, "encoding": enc}
+
+
+def _emit(msg: Message, fmt: str, as_json: bool, out: IO[bytes]) -> None:
+    p = msg.payload
+    if fmt == "nsq":
+        fields = _nsq_fields(p)
+        where = {"index": msg.index, "file": msg.file, "offset": msg.offset}
+        if fields is None:
+            line = json.dumps({**where, "error": f"{len(p)} bytes: too short for an nsq message"})
+            if not as_json:
+                line = (f"{msg.file}@{msg.offset}: {len(p)} bytes, too short for an nsq "
+                        "message")
+        elif as_json:
+            line = json.dumps({**where, **fields}, separators=(",", ":"))
+        else:
+            body = fields["body"] if fields["encoding"] == "utf-8" else "base64:" + fields["body"]
+            line = (f"{fields['id']} {fields['timestamp']} attempts={fields['attempts']} "
+                    f"{body}")
+        out.write(line.encode("utf-8", "backslashreplace") + b"\n")
+    elif fmt == "json" or as_json:
+        text, enc = _text(p)
+        obj = {"index": msg.index, "file": msg.file, "offset": msg.offset, "length": len(p),
+               "payload": text, "encoding": enc}
+        out.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+    elif fmt == "hex":
+        out.write(f"{msg.index}\t{msg.file}\t{msg.offset}\t{len(p)}\t{p.hex()}\n".encode())
+    else:
+        out.write(p + b"\n")
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    """Print messages oldest unread first without consuming them; ``--follow`` waits for more."""
+    lay = _layout(args)
+    out = sys.stdout.buffer
+    skip = args.from_
+    left = args.limit
+
+    def on_problem(p: Problem) -> None:
+        sys.stderr.write(f"aiodiskqueue: {p}\n")
+
+    def take(msgs: Iterator[Message] | list[Message]) -> bool:
+        """Print; return False once the limit is reached."""
+        nonlocal skip, left
+        for m in msgs:
+            if skip > 0:
+                skip -= 1
+                continue
+            if left is not None:
+                if left <= 0:
+                    return False
+                left -= 1
+            _emit(m, args.format, args.json, out)
+        out.flush()
+        return left is None or left > 0
+
+    if not args.follow:
+        take(iter_messages(lay, args.min_msg_size, args.max_msg_size, on_problem=on_problem))
+        return EXIT_OK
+    follower = Follower(lay, args.min_msg_size, args.max_msg_size)
+    while True:
+        more = take(follower.poll())
+        for p in follower.problems:
+            on_problem(p)
+        follower.problems.clear()
+        if not more:
+            return EXIT_OK
+        time.sleep(args.interval)
+
+
+# ---------------------------------------------------------------------- stats
+
+
+def _rate(r: float | None) -> str:
+    return "-" if r is None else f"{r:,.1f}"
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Depth and put/get rates from successive snapshots of the files."""
+    lay = _layout(args)
+    watcher = Watcher(lay, args.min_msg_size, args.max_msg_size)
+    count = args.count if args.count is not None else (None if args.watch else 1)
+    n = 0
+    if not args.json:
+        _out(f"{'TIME':8}  {'DEPTH':>10}  {'PUT/S':>12}  {'GET/S':>12}  {'BYTES':>12}  "
+             "READ / WRITE")
+    while True:
+        s = watcher.sample(time.monotonic())
+        wall = time.time()
+        if args.json:
+            _json_line({"name": lay.name, "timestamp": wall, **s.to_dict()})
+        else:
+            clock = dt.datetime.fromtimestamp(wall).strftime("%H:%M:%S")
+            _out(f"{clock:8}  {s.depth:>10}  {_rate(s.put_rate):>12}  {_rate(s.get_rate):>12}  "
+                 f"{s.bytes_on_disk:>12}  {_pos(s.read)} / {_pos(s.write)}")
+        sys.stdout.flush()
+        n += 1
+        if count is not None and n >= count:
+            return EXIT_OK
+        time.sleep(args.interval)
+
+
+# ---------------------------------------------------------------------- bench
+
+
+_BENCH_KEYS = ("workload", "system", "size", "producers", "loop", "rate_median", "rate_min",
+               "rate_max", "guarantee")
+
+
+def _default_bench_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def _load_rows(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise CliError(f"no benchmark results at {path}") from None
+    except ValueError as exc:
+        raise CliError(f"cannot parse benchmark results {path}: {exc}") from None
+    rows = data.get("rows", []) if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise CliError(f"{path}: expected a JSON list of objects")
+    return rows
+
+
+def _fmt_cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+    return "-" if v is None else str(v)
+
+
+def plot_bench(rows: list[dict[str, Any]], out_png: str) -> None:
+    """Draw median throughput against message size and against producer count.
+
+    Raises CliError if matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
+    series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if isinstance(r.get("rate_median"), (int, float)):
+            series.setdefault((str(r.get("system")), str(r.get("workload"))), []).append(r)
+    fig, (ax_size, ax_prod) = plt.subplots(1, 2, figsize=(12, 5))
+    for (system, workload), rs in sorted(series.items()):
+        label = f"{system} {workload}"
+        prods: list[int] = [r["producers"] for r in rs if isinstance(r.get("producers"), int)]
+        one = min(prods) if prods else None
+        by_size = sorted((r["size"], r["rate_median"]) for r in rs
+                         if r.get("producers") == one and isinstance(r.get("size"), int))
+        if by_size:
+            ax_size.plot([x for x, _ in by_size], [y for _, y in by_size], marker="o",
+                         label=label)
+        sizes: list[int] = [r["size"] for r in rs if isinstance(r.get("size"), int)]
+        common = max(set(sizes), key=sizes.count) if sizes else None
+        by_prod = sorted((r["producers"], r["rate_median"]) for r in rs
+                         if r.get("size") == common and isinstance(r.get("producers"), int))
+        if len(by_prod) > 1:
+            ax_prod.plot([x for x, _ in by_prod], [y for _, y in by_prod], marker="o",
+                         label=f"{label} ({common} B)")
+    ax_size.set(xscale="log", yscale="log", xlabel="message size (bytes)",
+                ylabel="messages/s (median)", title="throughput vs message size")
+    ax_prod.set(xscale="log", yscale="log", xlabel="producers",
+                ylabel="messages/s (median)", title="throughput vs producers")
+    for ax in (ax_size, ax_prod):
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark suite of the source checkout and print (and plot) its results."""
+    bench_dir = args.bench_dir or _default_bench_dir()
+    results = args.results or os.path.join(bench_dir, "results", "latest.json")
+    if not args.no_run:
+        script = os.path.join(bench_dir, "run.py")
+        if not os.path.isfile(script):
+            raise CliError(f"no benchmark suite at {script}: `aiodiskqueue bench` runs "
+                           "bench/run.py from a source checkout of the project")
+        cmd = [sys.executable, script] + (["--quick"] if args.quick else [])
+        # The suite prints its own progress; keep our stdout for the table.
+        proc = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(bench_dir)),
+                              stdout=sys.stderr, check=False)
+        if proc.returncode != 0:
+            raise CliError(f"{script} failed with exit code {proc.returncode}")
+    rows = _load_rows(results)
+    if args.json:
+        _json_doc(rows)
+    else:
+        table = [list(_BENCH_KEYS)]
+        table += [[_fmt_cell(r.get(k)) for k in _BENCH_KEYS] for r in rows]
+        _table(table, right=frozenset({2, 3, 5, 6, 7}))
+    if args.plot:
+        plot_bench(rows, args.plot)
+        sys.stderr.write(f"aiodiskqueue: wrote {args.plot}\n")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def _nonneg_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _pos_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _pos_float(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``aiodiskqueue`` command."""
+    parser = argparse.ArgumentParser(
+        prog="aiodiskqueue",
+        description="Inspect, dump, verify and repair go-diskqueue compatible queues.",
+        epilog="Exit codes: 0 ok, 1 problems found or repairs needed, 2 error.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def queue_cmd(name: str, help_: str, json_help: str = "machine-readable output",
+                  progress: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument("directory", metavar="DIR", help="directory holding the queue's files")
+        p.add_argument("name", metavar="NAME", help="queue name (the file name prefix)")
+        p.add_argument("--json", action="store_true", help=json_help)
+        p.add_argument("--min-msg-size", type=_nonneg_int, default=0, metavar="N",
+                       help="smallest valid message, as the queue was opened (default 0)")
+        p.add_argument("--max-msg-size", type=_nonneg_int, default=1 << 20, metavar="N",
+                       help="largest valid message, as the queue was opened (default 1048576)")
+        if progress:
+            p.add_argument("--no-progress", action="store_true",
+                           help="no progress bar, even on a terminal")
+        return p
+
+    p = sub.add_parser("ls", help="list the queues in a directory",
+                       description="List every queue in a directory.")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="a JSON list of objects")
+    p.set_defaults(func=cmd_ls)
+
+    queue_cmd("inspect", "meta file, segments with record counts and byte ranges, "
+              "read and unread, depth against a scan").set_defaults(func=cmd_inspect)
+
+    p = queue_cmd("dump", "print messages without consuming them, oldest unread first",
+                  "one JSON object per line (same as --format json, or nsq fields with "
+                  "--format nsq)", progress=False)
+    p.add_argument("--from", dest="from_", type=_nonneg_int, default=0, metavar="N",
+                   help="skip the first N unread messages")
+    p.add_argument("--limit", type=_nonneg_int, default=None, metavar="K",
+                   help="print at most K messages (with --follow: stop after K)")
+    p.add_argument("--format", choices=("raw", "hex", "json", "nsq"), default="raw",
+                   help="raw: payload per line; hex: index, file, offset, length, hex; "
+                        "json: object per line; nsq: decode nsqd's id, timestamp, attempts")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing messages as they are written, like tail -f")
+    p.add_argument("--interval", type=_pos_float, default=0.5, metavar="SECONDS",
+                   help="poll interval for --follow (default 0.5)")
+    p.set_defaults(func=cmd_dump, no_progress=True)
+
+    queue_cmd("verify", "scan every record; exit 1 listing each problem with file and "
+              "byte offset").set_defaults(func=cmd_verify)
+
+    p = queue_cmd("repair", "truncate torn tails, quarantine bad segments, index unindexed "
+                  "records, rewrite a consistent meta")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would be done and change nothing; exit 1 if repairs "
+                        "are needed")
+    p.set_defaults(func=cmd_repair)
+
+    p = queue_cmd("stats", "depth and put/get rates from the files", "one JSON object per "
+                  "sample", progress=False)
+    p.add_argument("--watch", action="store_true", help="keep sampling (Ctrl-C to stop)")
+    p.add_argument("--interval", type=_pos_float, default=1.0, metavar="SECONDS",
+                   help="seconds between samples (default 1)")
+    p.add_argument("--count", type=_pos_int, default=None, metavar="N",
+                   help="stop after N samples")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("bench", help="run the benchmark suite of the source checkout",
+                       description="Run bench/run.py and print its results table.")
+    p.add_argument("--quick", action="store_true", help="a short run")
+    p.add_argument("--plot", metavar="PNG", help="also draw throughput vs message size and "
+                   "producers (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="print the result rows as JSON")
+    p.add_argument("--no-run", action="store_true",
+                   help="do not run the suite; show the last results")
+    p.add_argument("--results", metavar="FILE",
+                   help="results file (default bench/results/latest.json)")
+    p.add_argument("--bench-dir", metavar="DIR", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except CliError as exc:
+        sys.stderr.write(f"aiodiskqueue: {exc}\n")
+        return EXIT_ERROR
+    except QueueNotFound as exc:
+        sys.stderr.write(f"aiodiskqueue: {exc}\n")
+        return EXIT_ERROR
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            # The reader went away (``| head``): stop quietly, and keep Python from
+            # complaining again when it flushes stdout at exit.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_OK
+        sys.stderr.write(f"aiodiskqueue: {exc}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
