@@ -1,0 +1,238 @@
+"""Web ingest on aiodiskqueue: an aiohttp service that accepts a POST only once it is stored.
+
+Three modes:
+
+``serve``  run the service: ``POST /ingest`` puts the request body into a
+           :class:`~aiodiskqueue.DiskQueue` and answers ``202 Accepted`` only
+           after ``await q.put(body)`` returned, so an accepted request
+           survives a crash of the service (with ``--sync-every 1``, a power
+           loss too). A separate worker task drains the queue with
+           ``async for``. ``GET /stats`` shows the counts.
+
+``load``   a bounded load generator: N requests from C concurrent clients
+           over loopback against a running service; prints requests/s and
+           latency percentiles, then stops.
+
+``bench``  start the service as a subprocess with the default sync policy
+           and with ``sync_every=1``, load each, print both results.
+
+    python examples/web_ingest.py serve --data-dir /tmp/ingest --port 8080
+    python examples/web_ingest.py load --url http://127.0.0.1:8080/ingest -n 20000 -c 64
+    python examples/web_ingest.py bench -n 20000 -c 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import ClientSession, TCPConnector, web
+
+from aiodiskqueue import DiskQueue, QueueClosed
+
+# ---------------------------------------------------------------------- service
+
+def make_app(queue: DiskQueue) -> web.Application:
+    """The ingest application over an open ``queue``; its worker starts with the app."""
+    counts = {"accepted": 0, "processed": 0}
+
+    async def ingest(request: web.Request) -> web.Response:
+        body = await request.read()
+        if not body:
+            return web.json_response({"error": "empty body"}, status=400)
+        try:
+            await queue.put(body)
+        except QueueClosed:
+            return web.json_response({"error": "shutting down"}, status=503)
+        counts["accepted"] += 1
+        return web.Response(status=202)
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response({**counts, "depth": queue.qsize()})
+
+    async def worker() -> None:
+        async for _body in queue:
+            # Real work would go here; the message is consumed once get() returned.
+            counts["processed"] += 1
+
+    async def run_worker(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.get_running_loop().create_task(worker())
+        yield
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    app = web.Application()
+    app.router.add_post("/ingest", ingest)
+    app.router.add_get("/stats", stats)
+    app.cleanup_ctx.append(run_worker)
+    return app
+
+
+async def serve(data_dir: str, host: str, port: int, sync_every: int) -> None:
+    """Serve until SIGINT/SIGTERM; print ``LISTENING <port>`` once ready."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with DiskQueue(data_dir, "ingest", sync_every=sync_every) as queue:
+        runner = web.AppRunner(make_app(queue), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        real_port = sockets[0].getsockname()[1] if sockets else port
+        print(f"LISTENING {real_port}", flush=True)
+        await stop.wait()
+        await runner.cleanup()
+
+
+# ---------------------------------------------------------------------- load
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What one load run measured."""
+
+    requests: int
+    errors: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def rate(self) -> float:
+        """Completed requests per second."""
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    i = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[i]
+
+
+async def load(url: str, total: int, concurrency: int, size: int) -> LoadResult:
+    """POST ``total`` bodies of ``size`` bytes from ``concurrency`` clients; stops by itself."""
+    body = os.urandom(size // 2).hex().encode()[:size] or b"x"
+    latencies: list[float] = []
+    errors = 0
+    remaining = total
+
+    async with ClientSession(connector=TCPConnector(limit=concurrency)) as session:
+        async def client() -> None:
+            nonlocal remaining, errors
+            while remaining > 0:
+                remaining -= 1
+                t0 = time.perf_counter()
+                async with session.post(url, data=body) as resp:
+                    await resp.read()
+                    if resp.status != 202:
+                        errors += 1
+                latencies.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    latencies.sort()
+    return LoadResult(len(latencies), errors, elapsed,
+                      _percentile(latencies, 0.50) * 1000, _percentile(latencies, 0.99) * 1000)
+
+
+# ---------------------------------------------------------------------- bench
+
+def _start_service(data_dir: str, sync_every: int) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "serve", "--data-dir", data_dir,
+         "--port", "0", "--sync-every", str(sync_every)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("LISTENING "):
+        proc.kill()
+        raise RuntimeError(f"service did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+async def _wait_drained(port: int, expected: int, timeout: float = 60.0) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    async with ClientSession() as session:
+        while True:
+            async with session.get(f"http://127.0.0.1:{port}/stats") as resp:
+                stats: dict[str, int] = await resp.json()
+            if stats["processed"] >= expected or time.monotonic() > deadline:
+                return stats
+            await asyncio.sleep(0.05)
+
+
+async def bench(total: int, concurrency: int, size: int) -> list[tuple[str, LoadResult]]:
+    """Load the service with the default sync policy and with ``sync_every=1``."""
+    out: list[tuple[str, LoadResult]] = []
+    for label, sync_every in (("default (sync_every=2500)", 2500), ("sync_every=1", 1)):
+        with tempfile.TemporaryDirectory() as d:
+            proc, port = _start_service(d, sync_every)
+            try:
+                await load(f"http://127.0.0.1:{port}/ingest", min(500, total), concurrency, size)
+                result = await load(f"http://127.0.0.1:{port}/ingest", total, concurrency, size)
+                stats = await _wait_drained(port, total + min(500, total))
+                if stats["processed"] < stats["accepted"]:
+                    raise RuntimeError(f"worker did not drain: {stats}")
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+            out.append((label, result))
+    return out
+
+
+def _print(label: str, r: LoadResult) -> None:
+    print(f"{label:28} {r.requests:7d} requests  {r.rate:9.0f} req/s  p50 {r.p50_ms:6.2f} ms  "
+          f"p99 {r.p99_ms:6.2f} ms  errors {r.errors}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--data-dir", required=True)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--sync-every", type=int, default=2500)
+    for name in ("load", "bench"):
+        lp = sub.add_parser(name)
+        if name == "load":
+            lp.add_argument("--url", required=True)
+        lp.add_argument("-n", "--requests", type=int, default=20_000)
+        lp.add_argument("-c", "--concurrency", type=int, default=64)
+        lp.add_argument("--size", type=int, default=1024)
+        lp.add_argument("--json", action="store_true", help="print results as JSON")
+    args = p.parse_args(argv)
+    if args.mode == "serve":
+        asyncio.run(serve(args.data_dir, args.host, args.port, args.sync_every))
+        return 0
+    if args.mode == "load":
+        results = [("load", asyncio.run(load(args.url, args.requests, args.concurrency, args.size)))]
+    else:
+        results = asyncio.run(bench(args.requests, args.concurrency, args.size))
+    if args.json:
+        print(json.dumps({k: {**vars(r), "rate": r.rate} for k, r in results}))
+    else:
+        for label, r in results:
+            _print(label, r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
