@@ -1,0 +1,101 @@
+"""Child process for the kill and lock tests; run as ``python helpers_child.py MODE ...``.
+
+Modes (each prints one line per event, flushed, so the parent can read as it goes):
+
+* ``produce DIR NAME START SYNC_EVERY MAX_BYTES``: put ``child_msg(START + k)``
+  for k = 0, 1, ... forever; print ``k`` after each ``put()`` returns.
+* ``consume DIR NAME SYNC_EVERY_GETS``: get forever; print ``G i`` after each
+  ``get()`` returns (i parsed from the message) and ``S i`` after each explicit
+  ``sync()`` that followed the get of ``i``.
+* ``hold DIR NAME``: open the queue, print ``OPEN pid``, wait for stdin to close,
+  close the queue.
+* ``try DIR NAME``: try to open the queue; print ``LOCKED pid`` or ``OPENED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from aiodiskqueue import DiskQueue, QueueLocked
+
+
+def child_msg(i: int) -> bytes:
+    """Message ``i``: its index, then 0..199 bytes of padding derived from it."""
+    return b"%010d:" % i + bytes([i & 0xFF]) * (i * 7 % 200)
+
+
+def msg_index(m: bytes) -> int:
+    """The index of a message made by :func:`child_msg`; raises ValueError if malformed."""
+    i = int(m[:10])
+    if m != child_msg(i):
+        raise ValueError(f"message {i} is damaged: {m!r}")
+    return i
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def produce(directory: str, name: str, start: int, sync_every: int, max_bytes: int) -> None:
+    async with DiskQueue(directory, name, sync_every=sync_every,
+                         max_bytes_per_file=max_bytes) as q:
+        _say("READY")
+        i = start
+        while True:
+            await q.put(child_msg(i))
+            _say(str(i))
+            i += 1
+
+
+async def consume(directory: str, name: str, every: int) -> None:
+    # Meta is stored only by the explicit sync() below: no count or timer syncs.
+    async with DiskQueue(directory, name, sync_every=10**9, sync_interval=3600.0) as q:
+        _say("READY")
+        n = 0
+        while True:
+            i = msg_index(await q.get())
+            _say(f"G {i}")
+            n += 1
+            if n % every == 0:
+                await q.sync()
+                _say(f"S {i}")
+
+
+async def hold(directory: str, name: str) -> None:
+    async with DiskQueue(directory, name):
+        _say(f"OPEN {os.getpid()}")
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+async def try_open(directory: str, name: str) -> None:
+    try:
+        q = await DiskQueue.open(directory, name)
+    except QueueLocked as exc:
+        _say(f"LOCKED {exc.pid}")
+        return
+    await q.aclose()
+    _say("OPENED")
+
+
+def main(argv: list[str]) -> None:
+    """Dispatch on the mode in ``argv[1]``."""
+    mode, args = argv[1], argv[2:]
+    if mode == "produce":
+        asyncio.run(produce(args[0], args[1], int(args[2]), int(args[3]), int(args[4])))
+    elif mode == "consume":
+        asyncio.run(consume(args[0], args[1], int(args[2])))
+    elif mode == "hold":
+        asyncio.run(hold(args[0], args[1]))
+    elif mode == "try":
+        asyncio.run(try_open(args[0], args[1]))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
