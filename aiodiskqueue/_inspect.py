@@ -260,6 +260,29 @@ def total_bytes(layout: Layout) -> int:
     return total
 
 
+def unindexed_tail(layout: Layout, meta: Meta, min_size: int = 0,
+                   max_size: int = 1 << 20) -> tuple[int, tuple[int, int]]:
+    """Whole records past the meta's write position, and the real end of the data.
+
+    Scans only what was written after the last meta sync, so it is cheap even
+    for a large queue: this is what the queue itself recovers on open.
+    """
+    wf, wp = meta.write
+    count, end = 0, (wf, wp)
+    for num, path in sorted(layout.segments().items()):
+        if num < wf:
+            continue
+        try:
+            w = walk_segment(path, num, wp if num == wf else 0, min_size, max_size)
+        except FileNotFoundError:
+            continue
+        if num == wf and w.size < wp:
+            break  # the meta is ahead of the data: nothing past it
+        count += w.records
+        end = (num, w.end)
+    return count, end
+
+
 def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
             progress: Progress | None = None) -> QueueReport:
     """Scan every record of the queue and report its state and problems; read-only.

@@ -39,6 +39,7 @@ from ._inspect import (
     queue_exists,
     repair,
     total_bytes,
+    unindexed_tail,
 )
 from ._layout import Layout, queue_names
 from ._meta import load_meta
@@ -132,7 +133,9 @@ def _ls_entry(lay: Layout) -> dict[str, Any]:
     except ValueError:
         meta = None
     if meta is not None:
-        depth, read, write, meta_state = meta.depth, meta.read, meta.write, "ok"
+        # The meta as of the last sync, plus what a running writer added since.
+        tail, write = unindexed_tail(lay, meta)
+        depth, read, meta_state = meta.depth + tail, meta.read, "ok"
     else:
         # No usable meta: count what a reader would find (as the queue does on open).
         rep = analyze(lay)
