@@ -15,9 +15,11 @@ only in-memory state held here; every file operation goes through the engine.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import enum
 import logging
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from ._iothread import Hop, IOThread
@@ -60,6 +62,17 @@ def _succeed(waiters: list[asyncio.Future[None]]) -> None:
             w.set_result(None)
 
 
+@dataclass(slots=True)
+class _Flight:
+    """A hop in flight, with the futures its result resolves."""
+
+    job: Job
+    fut: Hop[JobResult]
+    epoch: int
+    waiters: list[asyncio.Future[None]]
+    sync_waiters: list[asyncio.Future[None]]
+
+
 class Engine:
     """State of one open queue, and the task that moves it to and from disk."""
 
@@ -79,6 +92,8 @@ class Engine:
         self.pending: list[bytes] = []
         self.pending_bytes = 0
         self.put_waiters: list[asyncio.Future[None]] = []
+        # put_marks[i]: len(pending) just after the items put_waiters[i] waits for.
+        self.put_marks: list[int] = []
         self.unwritten = 0
         self.write_at = (0, 0)
 
@@ -117,7 +132,7 @@ class Engine:
         self._last_meta: Meta | None = None
         self._batch_waiters: list[asyncio.Future[None]] = []
         self._sync_batch: list[asyncio.Future[None]] = []
-        self._inflight: tuple[Job, Hop[JobResult], int] | None = None
+        self._flights: deque[_Flight] = deque()  # hops in flight, oldest first
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
                                   opts.max_msg_size)
@@ -186,32 +201,33 @@ class Engine:
         io = self.io
         assert io is not None
         busy = False
+        flights = self._flights
         try:
             while True:
-                if self.purge_waiters:
+                if self.purge_waiters and not flights:
                     await self._purge()
                     continue
-                job = self._build_job()
-                if job is None:
-                    if self.state is State.CLOSING:
-                        break
-                    if busy:
-                        # The producers this hop just woke have not run yet: let them
-                        # append their next puts, which is far cheaper than going idle.
-                        busy = False
-                        await asyncio.sleep(0)
+                if len(flights) < 2 and not self.purge_waiters:
+                    job = self._build_job(pipelined=bool(flights))
+                    if job is not None:
+                        flights.append(self._dispatch(job))
                         continue
-                    await self._idle()
+                if flights:
+                    # A Hop cannot be cancelled: if this task is, the hop still finishes
+                    # and _finish() applies its result, so no put waiter is left hanging.
+                    res = await flights[0].fut
+                    self._apply(flights.popleft(), res)
+                    busy = True
                     continue
-                epoch = self.epoch
-                fut = io.run(self.store.run, job)
-                self._inflight = (job, fut, epoch)
-                # A Hop cannot be cancelled: if this task is, the hop still finishes
-                # and _finish() applies its result, so no put waiter is left hanging.
-                res = await fut
-                self._inflight = None
-                self._apply(job, res, epoch)
-                busy = job.payloads is not None
+                if self.state is State.CLOSING:
+                    break
+                if busy:
+                    # The producers the last hop woke have not run yet: let them append
+                    # their next puts, which is far cheaper than going idle.
+                    busy = False
+                    await asyncio.sleep(0)
+                    continue
+                await self._idle()
         except asyncio.CancelledError:
             pass  # treated as a close: _finish() flushes and syncs
         except BaseException as exc:
@@ -220,23 +236,31 @@ class Engine:
         finally:
             await self._finish()
 
+    def _dispatch(self, job: Job) -> _Flight:
+        assert self.io is not None
+        flight = _Flight(job, self.io.run(self.store.run, job), self.epoch,
+                         self._batch_waiters, self._sync_batch)
+        self._batch_waiters = []
+        self._sync_batch = []
+        return flight
+
     async def _finish(self) -> None:
-        """Apply the hop in flight, write what is pending, sync, close. Never raises."""
+        """Apply the hops in flight, write what is pending, sync, close. Never raises."""
         io = self.io
         assert io is not None
         try:
-            if self._inflight is not None:
-                job, fut, epoch = self._inflight
-                self._inflight = None
-                if not fut.done():
-                    await asyncio.wait([fut])
-                self._apply(job, fut.result(), epoch)
+            while self._flights:
+                flight = self._flights[0]
+                if not flight.fut.done():
+                    await asyncio.wait([flight.fut])
+                self._apply(self._flights.popleft(), flight.fut.result())
             if self.state is not State.BROKEN:
                 self.state = State.CLOSING
                 for _ in range(3):  # pending writes, then the final sync; no endless retry
-                    if (job2 := self._build_job()) is None:
+                    if (job := self._build_job(pipelined=False)) is None:
                         break
-                    self._apply(job2, await io.run(self.store.run, job2), self.epoch)
+                    flight = self._dispatch(job)
+                    self._apply(flight, await flight.fut)
         except BaseException:
             log.exception("%s: final flush failed", self.layout.meta_path)
         try:
@@ -257,20 +281,36 @@ class Engine:
         self.wake_all_getters()
         self.wake_all_putters()
 
-    def _build_job(self) -> Job | None:
+    def _build_job(self, pipelined: bool) -> Job | None:
+        """The next hop's work; None if there is nothing to do.
+
+        A pipelined job is sent while another hop is in flight: it only writes
+        (and, with ``sync_every=1``, fsyncs the data), because reading ahead,
+        handing over and storing the meta depend on the result of the hop before.
+        """
         loop = self.loop
         assert loop is not None
         job = Job()
+        if pipelined:
+            if not self.pending:
+                return None
+            job.payloads = self._take_pending(len(self.pending))
+            self.since_sync += len(job.payloads)
+            job.sync = self.sync_every == 1
+            self._sync_batch = []
+            return job
         if self.pending:
-            job.payloads = self.pending
-            self._batch_waiters = self.put_waiters
             n = len(self.pending)
-            self.pending = []
-            self.put_waiters = []
+            # With several producers, send half now and half pipelined right behind
+            # it: while the I/O thread writes the second half, the loop wakes the first
+            # half's producers, so thread and loop overlap instead of taking turns.
+            split = n >= 8 and self.sync_every > 1 and len(self.put_waiters) > 1
+            before = self.pending_bytes
+            job.payloads = self._take_pending(n // 2 if split else n)
+            moved = before - self.pending_bytes
             job.handoff = (self.read_at == self.write_at
-                           and self.ready_bytes + self.pending_bytes <= self.opts.read_buffer_bytes)
-            self.pending_bytes = 0
-            self.since_sync += n
+                           and self.ready_bytes + moved <= self.opts.read_buffer_bytes)
+            self.since_sync += len(job.payloads)
         else:
             self._batch_waiters = []
         closing = self.state is State.CLOSING
@@ -299,6 +339,25 @@ class Engine:
             return None
         return job
 
+    def _take_pending(self, count: int) -> list[bytes]:
+        """Move the first ``count`` pending messages, and the put waiters they
+        complete, into the next hop."""
+        marks = self.put_marks
+        if count >= len(self.pending):
+            taken = self.pending
+            self._batch_waiters = self.put_waiters
+            self.pending, self.put_waiters, self.put_marks = [], [], []
+            self.pending_bytes = 0
+            return taken
+        taken = self.pending[:count]
+        self.pending = self.pending[count:]
+        k = bisect.bisect_right(marks, count)
+        self._batch_waiters = self.put_waiters[:k]
+        self.put_waiters = self.put_waiters[k:]
+        self.put_marks = [m - count for m in marks[k:]]
+        self.pending_bytes -= sum(map(len, taken)) + 4 * count
+        return taken
+
     def _last_read(self) -> tuple[int, int] | None:
         return self._last_meta.read if self._last_meta is not None else None
 
@@ -309,10 +368,9 @@ class Engine:
         m = self._last_meta
         return m is None or m.read != (self.read_file, self.read_pos) or m.write != self.write_at
 
-    def _apply(self, job: Job, res: JobResult, epoch: int) -> None:
-        batch, self._batch_waiters = self._batch_waiters, []
-        syncs, self._sync_batch = self._sync_batch, []
-        stale = epoch != self.epoch
+    def _apply(self, flight: _Flight, res: JobResult) -> None:
+        job, batch, syncs = flight.job, flight.waiters, flight.sync_waiters
+        stale = flight.epoch != self.epoch
         self.write_at = res.write_at
         self.bytes_on_disk = res.bytes_on_disk
         if job.payloads is not None:

@@ -196,8 +196,9 @@ class DiskQueue:
         if e.state is not State.OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.put_waiters.append(fut)
         self._append(e, data, n)
+        e.put_waiters.append(fut)
+        e.put_marks.append(len(e.pending))
         await fut
 
     async def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:
@@ -224,12 +225,13 @@ class DiskQueue:
         if e.state is not State.OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.put_waiters.append(fut)
         if not e.pending:
             pr = e.put_req
             if pr is not None and not pr.done():
                 pr.set_result(None)
         e.pending.extend(datas)
+        e.put_waiters.append(fut)
+        e.put_marks.append(len(e.pending))
         e.pending_bytes += sum(lens) + 4 * len(lens)
         e.unwritten += len(datas)
         e.puts += len(datas)
@@ -440,7 +442,7 @@ class DiskQueue:
             raise e.closed_error()
         # Pending puts count as stored-then-purged: they return normally.
         dropped, waiters = e.pending, e.put_waiters
-        e.pending, e.put_waiters, e.pending_bytes = [], [], 0
+        e.pending, e.put_waiters, e.put_marks, e.pending_bytes = [], [], [], 0
         e.unwritten -= len(dropped)
         for w in waiters:
             if not w.done():
