@@ -125,6 +125,9 @@ class Engine:
         self.purge_req: asyncio.Future[None] | None = None
         self.exit_req: asyncio.Future[None] | None = None
         self.read_slot: asyncio.Future[None] | None = None
+        # get_nowait() sets the read slot once ready_bytes falls to this; -1 while no
+        # armed slot waits (the busy engine checks for reads after every hop itself).
+        self.refill_at = -1
         self.timer: asyncio.Future[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
         self._sync_due_at = 0.0
@@ -391,7 +394,7 @@ class Engine:
                     self.depth += n
                 if res.handoff is not None and not stale:
                     self.ready.extend(res.handoff)
-                    self.ready_bytes += sum(len(r[0]) for r in res.handoff)
+                    self.ready_bytes += res.handoff_bytes
                     self.read_at = res.write_at
                 if self.sync_every == 1 and not res.synced:
                     err = DiskQueueError(f"fsync failed; {n} message(s) written but not "
@@ -421,7 +424,7 @@ class Engine:
             recs = res.records
             if recs:
                 self.ready.extend(recs)
-                self.ready_bytes += sum(len(r[0]) for r in recs)
+                self.ready_bytes += res.records_bytes
             self.read_at = res.read_to
         if res.quarantined and not stale:
             self.bad_files += len(res.quarantined)
@@ -453,6 +456,7 @@ class Engine:
         if self.read_at < self.write_at:
             if self.read_slot is None or self.read_slot.done():
                 self.read_slot = loop.create_future()
+            self.refill_at = self.low_water
             waits.append(self.read_slot)
         else:
             self.read_slot = None
@@ -463,6 +467,7 @@ class Engine:
                 self._timer_handle = loop.call_later(delay, _wake, self.timer)
             waits.append(self.timer)
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        self.refill_at = -1
 
     async def _purge(self) -> None:
         assert self.io is not None

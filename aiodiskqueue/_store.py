@@ -49,10 +49,12 @@ class JobResult:
     written: int = 0
     write_error: OSError | None = None
     handoff: list[Record] | None = None
+    handoff_bytes: int = 0  # payload bytes in handoff
     synced: bool = False
     sync_error: OSError | None = None
     meta: Meta | None = None
     records: list[Record] = field(default_factory=list)
+    records_bytes: int = 0  # payload bytes in records
     read_to: tuple[int, int] | None = None
     read_error: OSError | None = None
     quarantined: list[str] = field(default_factory=list)
@@ -245,8 +247,11 @@ class SegmentStore:
         res = JobResult()
         if job.payloads:
             try:
+                before = self.bytes_on_disk
                 res.handoff = self.write(job.payloads, job.handoff)
                 res.written = len(job.payloads)
+                if res.handoff is not None:
+                    res.handoff_bytes = self.bytes_on_disk - before - 4 * res.written
             except OSError as exc:
                 res.write_error = exc
         if job.sync:
@@ -425,6 +430,7 @@ class SegmentStore:
                 stop = self.write_pos
             span = read_span(fd, fnum, pos, stop, budget, self.min_size, self.max_size)
             out.extend(span.records)
+            res.records_bytes += span.end - span.start - 4 * len(span.records)
             budget -= span.end - pos
             pos = span.end
             if span.problem is not None:

@@ -331,7 +331,8 @@ def _nsq_fields(payload: bytes) -> dict[str, Any] | None:
     attempts = int.from_bytes(payload[8:10], "big")
     msg_id = payload[10:26]
     body, enc = _text(payload[26:])
-    when = dt.datetime.fromtimestamp(ts / 1e9, tz=dt.UTC)
+    secs, ns = divmod(ts, 10**9)  # integer maths: a float would round the nanoseconds
+    when = dt.datetime.fromtimestamp(secs, tz=dt.UTC) + dt.timedelta(microseconds=ns // 1000)
     return {"id": msg_id.decode("ascii", "replace"), "timestamp_ns": ts,
             "timestamp": when.isoformat().replace("+00:00", "Z"), "attempts": attempts,
             "body": body, "encoding": enc}

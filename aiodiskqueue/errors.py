@@ -66,3 +66,16 @@ class CorruptionError(DiskQueueError):
         self.path = path
         self.offset = offset
         self.reason = reason
+
+
+class MessageNotInFlight(DiskQueueError):
+    """``finish()``, ``requeue()`` or ``touch()`` on a message that is no longer in flight.
+
+    It was already finished or requeued, or it timed out (and may have been
+    delivered again). Nothing was changed.
+    """
+
+    def __init__(self, msg_id: str, state: str) -> None:
+        super().__init__(f"message {msg_id} is not in flight: {state}")
+        self.msg_id = msg_id
+        self.state = state

@@ -281,7 +281,7 @@ class DiskQueue:
         e.depth -= 1
         e.gets += 1
         e.since_sync += 1
-        if (e.ready_bytes <= e.low_water or e.since_sync >= e.sync_every or e.putters
+        if (e.ready_bytes <= e.refill_at or e.since_sync >= e.sync_every or e.putters
                 or e.state is not State.OPEN):
             self._after_take(e)
         return payload
@@ -289,7 +289,8 @@ class DiskQueue:
     @staticmethod
     def _after_take(e: Engine) -> None:
         """Wake whoever waits on room or on a read: the rare part of taking messages."""
-        if e.ready_bytes <= e.low_water:
+        if e.ready_bytes <= e.refill_at:
+            e.refill_at = -1
             rs = e.read_slot
             if rs is not None and not rs.done():
                 rs.set_result(None)

@@ -436,6 +436,10 @@ class Connection:
 
     # ------------------------------------------------------------------ Subscriber
 
+    def close(self) -> None:
+        """Close the connection from the server side; :meth:`run` then ends and tears down."""
+        self.writer.close()
+
     def wake(self) -> None:
         """Let the pump re-check the RDY count, the in-flight count and the pause flag."""
         w = self._waiter
@@ -523,11 +527,11 @@ class TCPServer:
         """Stop listening and close every connection (their in-flight messages are requeued)."""
         if self._server is not None:
             self._server.close()
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        for conn in list(self.connections.values()):
+            conn.close()
+        if self._tasks:
+            # Each handler sees its stream end and tears down (requeues) by itself.
+            await asyncio.wait(list(self._tasks), timeout=10.0)
         if self._server is not None:
             await self._server.wait_closed()
 
