@@ -1,0 +1,181 @@
+"""``aiodiskqueue dump``: formats, ranges, follow mode; never consumes anything."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiodiskqueue import DiskQueue
+
+REPO = Path(__file__).resolve().parent.parent
+GO_FIXTURES_ENV = "AIODISKQUEUE_FIXTURES"
+
+
+@pytest.fixture(scope="module")
+def gofx() -> Path:
+    env = os.environ.get(GO_FIXTURES_ENV)
+    path = Path(env) if env else REPO.parent / "shared" / "fixtures" / "go-diskqueue"
+    if not (path / "README.md").is_file():
+        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {GO_FIXTURES_ENV}")
+    return path
+
+
+def copy_queue(src: Path, name: str, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in src.iterdir():
+        if entry.name.startswith(f"{name}.diskqueue."):
+            shutil.copyfile(entry, dest / entry.name)
+    return dest
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO))
+
+
+def cli(*args: object) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "aiodiskqueue", *map(str, args)],
+                          capture_output=True, timeout=60, cwd=REPO, env=_env(), check=False)
+
+
+def fixture_msg(i: int) -> bytes:
+    return b"msg-%05d-" % i + b"x" * (i % 50)
+
+
+def multi_msg(i: int) -> bytes:
+    return bytes((i + j) & 0xFF for j in range(5 * (i % 1001)))
+
+
+def oversize_msg(i: int) -> bytes:
+    return bytes((i * 31 + j) & 0xFF for j in range([10, 200, 10, 82, 96, 0, 0, 300, 1][i]))
+
+
+def tree(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+
+def test_raw_prints_unread_messages_oldest_first(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "partial", tmp_path)
+    before = tree(d)
+    res = cli("dump", d, "partial")
+    assert res.returncode == 0 and res.stderr == b""
+    assert res.stdout.split(b"\n")[:-1] == [fixture_msg(i) for i in range(150, 1000)]
+    assert tree(d) == before  # nothing consumed, nothing created
+
+
+def test_from_and_limit_with_json(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "fixture", tmp_path)
+    res = cli("dump", d, "fixture", "--from", "25", "--limit", "3", "--format", "json")
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [x["index"] for x in lines] == [25, 26, 27]
+    assert [x["payload"].encode() for x in lines] == [fixture_msg(i) for i in (162, 163, 164)]
+    assert lines[0]["encoding"] == "utf-8"
+    # msg 162 is the last record of file 5 (1001 bytes), 163 opens file 6
+    assert (lines[0]["file"], lines[0]["offset"]) == ("fixture.diskqueue.000005.dat",
+                                                      1001 - 4 - len(fixture_msg(162)))
+    assert (lines[1]["file"], lines[1]["offset"]) == ("fixture.diskqueue.000006.dat", 0)
+    assert lines[0]["length"] == len(fixture_msg(162))
+    # --json is the same as --format json
+    same = cli("dump", d, "fixture", "--from", "25", "--limit", "3", "--json")
+    assert same.stdout == res.stdout
+
+
+def test_json_uses_base64_for_binary_payloads(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "multi", tmp_path)
+    res = cli("dump", d, "multi", "--limit", "60", "--json")
+    rows = [json.loads(x) for x in res.stdout.splitlines()]
+    assert len(rows) == 60
+    encodings = set()
+    for i, row in enumerate(rows):
+        data = (base64.b64decode(row["payload"]) if row["encoding"] == "base64"
+                else row["payload"].encode())
+        assert data == multi_msg(i)
+        encodings.add(row["encoding"])
+    assert encodings == {"utf-8", "base64"}
+
+
+def test_hex(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "oversize", tmp_path)
+    res = cli("dump", d, "oversize", "--format", "hex", "--max-msg-size", "1000")
+    lines = res.stdout.decode().splitlines()
+    assert len(lines) == 9
+    for i, line in enumerate(lines):
+        index, _, _, length, hexdata = line.split("\t")
+        assert (int(index), int(length)) == (i, len(oversize_msg(i)))
+        assert bytes.fromhex(hexdata) == oversize_msg(i)
+    assert lines[3].split("\t")[1:3] == ["oversize.diskqueue.000002.dat", "14"]
+
+
+def _nsq(ts: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    return struct.pack(">qH", ts, attempts) + msg_id + body
+
+
+async def test_nsq_decodes_id_timestamp_attempts(tmp_path: Path) -> None:
+    ts = 1_700_000_000_123_456_789
+    async with DiskQueue(tmp_path, "topic") as q:
+        await q.put(_nsq(ts, 3, b"0a1b2c3d4e5f6789", b"hello nsq"))
+        await q.put(_nsq(ts + 10**9, 1, b"0a1b2c3d4e5f678a", b"\xff\xfe"))
+        await q.put(b"short")
+    res = await asyncio.to_thread(cli, "dump", tmp_path, "topic", "--format", "nsq")
+    lines = res.stdout.decode().splitlines()
+    assert lines[0] == "0a1b2c3d4e5f6789 2023-11-14T22:13:20.123456Z attempts=3 hello nsq"
+    assert lines[1].startswith("0a1b2c3d4e5f678a 2023-11-14T22:13:21.123456Z attempts=1 base64:")
+    assert "too short for an nsq message" in lines[2]
+    res = await asyncio.to_thread(cli, "dump", tmp_path, "topic", "--format", "nsq", "--json")
+    first = json.loads(res.stdout.splitlines()[0])
+    assert first["id"] == "0a1b2c3d4e5f6789"
+    assert first["timestamp_ns"] == ts and first["attempts"] == 3
+    assert (first["body"], first["encoding"]) == ("hello nsq", "utf-8")
+
+
+def test_damaged_segment_is_reported_and_skipped(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "fixture", tmp_path)
+    with open(d / "fixture.diskqueue.000006.dat", "r+b") as f:
+        f.write(struct.pack(">i", -7))  # file 6 holds msgs 163..187
+    res = cli("dump", d, "fixture")
+    assert res.returncode == 0
+    got = res.stdout.split(b"\n")[:-1]
+    assert got == [fixture_msg(i) for i in range(137, 1000) if not 163 <= i <= 187]
+    assert b"bad length" in res.stderr and b"fixture.diskqueue.000006.dat @ 0" in res.stderr
+
+
+def test_unknown_queue(tmp_path: Path) -> None:
+    res = cli("dump", tmp_path, "ghost")
+    assert res.returncode == 2 and b"'ghost'" in res.stderr
+
+
+async def test_follow_prints_new_messages_across_rolls(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "feed", max_bytes_per_file=64) as q:
+        await q.put_many([b"early-%d" % i for i in range(5)])
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "aiodiskqueue", "dump", str(tmp_path), "feed", "--follow",
+            "--limit", "25", "--json", "--interval", "0.02",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO,
+            env=_env())
+        assert proc.stdout is not None
+        try:
+            first = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+                     for _ in range(5)]
+            assert [x["payload"] for x in first] == [f"early-{i}" for i in range(5)]
+            for i in range(20):  # ~12 bytes a record, 64-byte files: several rolls
+                await q.put(b"late-%02d" % i)
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.returncode == 0, err
+        rest = [json.loads(x) for x in out.splitlines()]
+        assert [x["payload"] for x in rest] == [f"late-{i:02d}" for i in range(20)]
+        assert [x["index"] for x in first + rest] == list(range(25))
+        assert len({x["file"] for x in rest}) > 2
+        assert q.qsize() == 25  # nothing was consumed

@@ -1,0 +1,232 @@
+"""``stats``, ``bench``, the entry points, and the optional progress bar."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from aiodiskqueue import DiskQueue
+from aiodiskqueue._inspect import Watcher
+from aiodiskqueue._layout import Layout
+
+REPO = Path(__file__).resolve().parent.parent
+GO_FIXTURES_ENV = "AIODISKQUEUE_FIXTURES"
+
+
+@pytest.fixture(scope="module")
+def gofx() -> Path:
+    env = os.environ.get(GO_FIXTURES_ENV)
+    path = Path(env) if env else REPO.parent / "shared" / "fixtures" / "go-diskqueue"
+    if not (path / "README.md").is_file():
+        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {GO_FIXTURES_ENV}")
+    return path
+
+
+def copy_queue(src: Path, name: str, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in src.iterdir():
+        if entry.name.startswith(f"{name}.diskqueue."):
+            shutil.copyfile(entry, dest / entry.name)
+    return dest
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO), **extra)
+
+
+def cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "aiodiskqueue", *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env=_env(),
+                          check=False)
+
+
+# ---------------------------------------------------------------------- stats
+
+
+def test_stats_once(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "partial", tmp_path)
+    res = cli("stats", d, "partial", "--json")
+    assert res.returncode == 0
+    (line,) = res.stdout.splitlines()
+    s = json.loads(line)
+    assert (s["name"], s["depth"], s["put_rate"], s["get_rate"]) == ("partial", 850, None, None)
+    assert (s["read_file_num"], s["read_pos"], s["write_file_num"], s["write_pos"]) == \
+        (5, 741, 38, 531)
+    text = cli("stats", d, "partial").stdout.splitlines()
+    assert text[0].split()[:4] == ["TIME", "DEPTH", "PUT/S", "GET/S"]
+    assert text[1].split()[1:5] == ["850", "-", "-", "33466"]
+
+
+def test_stats_watch_stops_after_count(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "fixture", tmp_path)
+    res = cli("stats", d, "fixture", "--watch", "--interval", "0.01", "--count", "3", "--json")
+    assert res.returncode == 0
+    rows = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [r["depth"] for r in rows] == [863, 863, 863]
+    assert rows[0]["put_rate"] is None
+    assert [(r["put_rate"], r["get_rate"]) for r in rows[1:]] == [(0.0, 0.0), (0.0, 0.0)]
+
+
+async def test_watcher_rates_from_successive_snapshots(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "rates", max_bytes_per_file=500) as q:
+        await q.put_many([b"x" * 20 for _ in range(10)])
+        w = Watcher(Layout(str(tmp_path), "rates"))
+        first = w.sample(100.0)
+        assert (first.depth, first.put_rate, first.get_rate) == (10, None, None)
+        await q.put_many([b"y" * 20 for _ in range(100)])  # rolls over several files
+        s = w.sample(102.0)
+        assert (s.depth, s.put_rate, s.get_rate) == (110, 50.0, 0.0)
+        for _ in range(40):
+            await q.get()
+        await q.sync()  # the meta carries the read position the watcher sees
+        s = w.sample(106.0)
+        assert (s.depth, s.put_rate, s.get_rate) == (70, 0.0, 10.0)
+        st = q.statistics()
+        assert s.write == (st.write_file_num, st.write_pos)
+        assert s.read == (st.read_file_num, st.read_pos)
+
+
+def test_stats_unknown_queue(tmp_path: Path) -> None:
+    res = cli("stats", tmp_path, "ghost", "--watch", "--count", "2")
+    assert res.returncode == 2 and "'ghost'" in res.stderr
+
+
+# ---------------------------------------------------------------------- bench
+
+
+FAKE_RUN = textwrap.dedent("""
+    import json, os, sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.makedirs(os.path.join(here, "results"), exist_ok=True)
+    quick = "--quick" in sys.argv
+    rows = []
+    for system, base in (("aiodiskqueue", 300000.0), ("go-diskqueue", 400000.0)):
+        for size in (16, 1024, 65536):
+            for producers in (1, 16):
+                rate = base / (1 + size / 4096) * (1.2 if producers > 1 else 1.0)
+                rows.append({"workload": "put", "system": system, "size": size,
+                             "producers": producers, "loop": "asyncio",
+                             "rate_median": rate, "rate_min": rate * 0.9,
+                             "rate_max": rate * 1.1,
+                             "guarantee": "quick" if quick else "full"})
+    with open(os.path.join(here, "results", "latest.json"), "w") as f:
+        json.dump(rows, f)
+    print("benchmarks done")
+""")
+
+
+@pytest.fixture
+def fake_bench(tmp_path: Path) -> Path:
+    d = tmp_path / "bench"
+    d.mkdir()
+    (d / "run.py").write_text(FAKE_RUN)
+    return d
+
+
+def test_bench_runs_the_suite_and_prints_the_table(fake_bench: Path) -> None:
+    res = cli("bench", "--bench-dir", fake_bench, "--quick")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["workload", "system", "size", "producers", "loop",
+                                "rate_median", "rate_min", "rate_max", "guarantee"]
+    assert len(lines) == 1 + 12
+    rate = 300000.0 / (1 + 16 / 4096)
+    assert lines[1].split() == ["put", "aiodiskqueue", "16", "1", "asyncio", f"{rate:,.0f}",
+                                f"{rate * 0.9:,.0f}", f"{rate * 1.1:,.0f}", "quick"]
+    assert "benchmarks done" in res.stderr  # the suite's own output stays off stdout
+
+
+def test_bench_plot_writes_a_png(fake_bench: Path, tmp_path: Path) -> None:
+    out = tmp_path / "chart.png"
+    res = cli("bench", "--bench-dir", fake_bench, "--plot", out)
+    assert res.returncode == 0, res.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 10_000
+
+
+def test_bench_json_from_existing_results(fake_bench: Path) -> None:
+    assert cli("bench", "--bench-dir", fake_bench).returncode == 0
+    res = cli("bench", "--no-run", "--results", fake_bench / "results" / "latest.json",
+              "--json")
+    rows = json.loads(res.stdout)
+    assert len(rows) == 12 and rows[0]["guarantee"] == "full"
+
+
+def test_bench_without_a_checkout_fails_clearly(tmp_path: Path) -> None:
+    res = cli("bench", "--bench-dir", tmp_path / "nowhere", "--quick")
+    assert res.returncode == 2
+    assert "no benchmark suite at" in res.stderr and "source checkout" in res.stderr
+    assert res.stdout == ""
+
+
+def test_bench_defaults_to_the_checkout() -> None:
+    from aiodiskqueue.cli import _default_bench_dir
+
+    assert Path(_default_bench_dir()) == REPO / "bench"
+
+
+# ---------------------------------------------------------------------- entry points, progress
+
+
+def test_console_script_target_and_module_entry() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["aiodiskqueue"] == "aiodiskqueue.cli:main"
+    code = "from aiodiskqueue.cli import main; raise SystemExit(main(['--version']))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, env=_env(), timeout=60, check=False)
+    assert res.returncode == 0 and res.stdout.startswith("aiodiskqueue ")
+    res = cli("--help")
+    assert res.returncode == 0
+    for command in ("ls", "inspect", "dump", "verify", "repair", "stats", "bench"):
+        assert command in res.stdout
+    assert cli().returncode == 2  # a command is required
+
+
+def test_works_without_rich(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "fixture", tmp_path)
+    code = ("import sys; sys.modules['rich'] = None\n"
+            "from aiodiskqueue.cli import main\n"
+            f"raise SystemExit(main(['verify', {str(d)!r}, 'fixture']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, env=_env(), timeout=60, check=False)
+    assert res.returncode == 0 and "sound" in res.stdout, res.stderr
+
+
+def _stderr_on_a_terminal(*args: object) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
+    master, slave = pty.openpty()
+    try:
+        res = subprocess.run([sys.executable, "-m", "aiodiskqueue", *map(str, args)],
+                             stdout=subprocess.PIPE, stderr=slave, cwd=REPO,
+                             env=_env(TERM="xterm-256color"), timeout=60, check=False)
+    finally:
+        os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal is closed and drained
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return res, seen
+
+
+def test_progress_bar_only_on_a_terminal(gofx: Path, tmp_path: Path) -> None:
+    import rich  # noqa: F401  (the extra ``cli``: the bar is rich's; its absence is tested above)
+    d = copy_queue(gofx, "multi", tmp_path)
+    res, seen = _stderr_on_a_terminal("verify", d, "multi")
+    assert res.returncode == 0 and b"sound" in res.stdout
+    assert b"\x1b[" in seen  # rich drew (and then erased) its bar
+    res, seen = _stderr_on_a_terminal("verify", d, "multi", "--no-progress")
+    assert res.returncode == 0 and seen == b""
