@@ -1,0 +1,149 @@
+"""Options of the ``diskqueue`` Spark source and sink, validated once on the driver.
+
+Spark hands options over as a case-insensitive mapping of strings. Every key is
+also accepted in snake case (``max_bytes_per_file`` for ``maxBytesPerFile``).
+A bad or missing option raises :class:`OptionError` naming it, before any
+Spark job starts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .._options import MiB, check_name
+from ..errors import DiskQueueError
+
+FORMATS = ("raw", "nsq")
+
+
+class OptionError(DiskQueueError, ValueError):
+    """A ``diskqueue`` option is missing or has a value the source cannot use."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"diskqueue: option '{option}' {problem}")
+        self.option = option
+
+
+def _norm(key: str) -> str:
+    return key.replace("_", "").lower()
+
+
+def _get(opts: Mapping[str, str], key: str) -> str | None:
+    want = _norm(key)
+    for k, v in opts.items():
+        if _norm(k) == want:
+            return None if v is None else str(v)
+    return None
+
+
+def _int(opts: Mapping[str, str], key: str, default: int | None, lo: int) -> int | None:
+    raw = _get(opts, key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(key, f"must be an integer, got {raw!r}") from None
+    if value < lo:
+        raise OptionError(key, f"must be >= {lo}, got {value}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], key: str) -> bool:
+    raw = _get(opts, key)
+    if raw is None:
+        return False
+    low = raw.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no", ""):
+        return False
+    raise OptionError(key, f"must be true or false, got {raw!r}")
+
+
+def is_glob(name: str) -> bool:
+    """Whether ``name`` holds fnmatch wildcards."""
+    return any(c in name for c in "*?[")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """The validated options; see the README's Spark section for each one."""
+
+    path: str
+    name: str
+    format: str = "raw"
+    consume: bool = False
+    min_msg_size: int = 0
+    max_msg_size: int = MiB
+    max_bytes_per_file: int = 100 * MiB
+    max_bytes_per_partition: int = 128 * MiB
+    max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    arrow: bool = True
+    writer_id: str | None = None
+
+    @property
+    def nsq(self) -> bool:
+        """Whether payloads are nsqd messages (``format=nsq``)."""
+        return self.format == "nsq"
+
+    def matches(self, queue: str) -> bool:
+        """Whether queue ``queue`` is selected by the ``name`` option."""
+        return fnmatch.fnmatchcase(queue, self.name)
+
+
+def parse_options(opts: Mapping[str, str]) -> SourceOptions:
+    """Validate the options Spark passed to the source.
+
+    Raises OptionError naming the option that is missing or wrong.
+    """
+    path = _get(opts, "path")
+    if not path:
+        raise OptionError("path", "is required: the directory that holds the queue files")
+    name = _get(opts, "name")
+    if not name:
+        raise OptionError("name", "is required: a queue name or a glob such as 'events-*'")
+    try:
+        check_name(name)
+    except ValueError as exc:
+        raise OptionError("name", str(exc)) from None
+    fmt = (_get(opts, "format") or "raw").strip().lower()
+    if fmt not in FORMATS:
+        raise OptionError("format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    min_size = _int(opts, "minMsgSize", 0, 0)
+    max_size = _int(opts, "maxMsgSize", MiB, 0)
+    assert min_size is not None and max_size is not None
+    if min_size > max_size:
+        raise OptionError("minMsgSize", f"must be <= maxMsgSize, got {min_size} > {max_size}")
+    if max_size > 2**31 - 1:
+        raise OptionError("maxMsgSize", f"must be < 2**31, got {max_size}")
+    arrow_raw = _get(opts, "arrow")
+    writer_id = _get(opts, "writerId") or _get(opts, "checkpointLocation")
+    result = SourceOptions(
+        path=path,
+        name=name,
+        format=fmt,
+        consume=_bool(opts, "consume"),
+        min_msg_size=min_size,
+        max_msg_size=max_size,
+        max_bytes_per_file=_int(opts, "maxBytesPerFile", 100 * MiB, 1) or 1,
+        max_bytes_per_partition=_int(opts, "maxBytesPerPartition", 128 * MiB, 1) or 1,
+        max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
+        max_bytes_per_trigger=_int(opts, "maxBytesPerTrigger", None, 1),
+        arrow=True if arrow_raw is None else _bool(opts, "arrow"),
+        writer_id=writer_id,
+    )
+    return result
+
+
+def require_single_name(options: SourceOptions) -> str:
+    """The queue name for writing, which cannot be a glob.
+
+    Raises OptionError if ``name`` holds wildcards.
+    """
+    if is_glob(options.name):
+        raise OptionError("name", f"must name one queue when writing, got the glob {options.name!r}")
+    return options.name

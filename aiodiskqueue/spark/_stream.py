@@ -1,0 +1,194 @@
+"""Streaming reads: offsets ``{queue: [file_num, pos]}``, read limits, Trigger.AvailableNow,
+and consume mode, where committing a batch releases it from the queue.
+
+When Spark calls :meth:`DiskQueueStreamReader.commit`
+------------------------------------------------------
+Spark calls a source's ``commit(end)`` for batch N only while it plans batch
+N+1, and only when batch N+1 has data. So the last batch of an
+``availableNow`` run would stay in the queue until some later run plans a
+batch. Spark's checkpoint keeps the query from reading it twice either way.
+
+In consume mode this source therefore also releases up to the ``start``
+offset Spark passes to ``latestOffset(start, limit)``. That is safe because
+of how the micro-batch engine (``MicroBatchExecution``) orders its work: it
+asks a source for a new end offset only after the previous batch has run and
+its id is in the checkpoint's commit log, and ``start`` is exactly that
+batch's end. After a restart, a batch that is in the offset log but not in
+the commit log is run again from the logged offsets *before* the engine asks
+for new ones, so its records are still in the queue. (The one engine mode
+that breaks this ordering, asynchronous progress tracking, supports only the
+Kafka sink.) A fresh query starts at the queue's read position, so its first
+``start`` releases nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from .._layout import Layout
+from .._meta import load_meta
+from ._files import Pos, QueueView, advance, release, select_queues, spans_between, view_queue
+from ._options import SourceOptions
+from ._reader import QueuePartition, group_spans, read_partition
+
+log = logging.getLogger("aiodiskqueue.spark")
+
+Offset = dict[str, list[int]]
+
+
+def _pos(value: Any) -> Pos:
+    return (int(value[0]), int(value[1]))
+
+
+class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A micro-batch stream over one queue or a glob of queues."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._target: dict[str, Pos] | None = None
+
+    # ------------------------------------------------------------- helpers
+
+    def _layout(self, queue: str) -> Layout:
+        return Layout(self.options.path, queue)
+
+    def _view(self, queue: str) -> QueueView:
+        return view_queue(self._layout(queue), self.options.min_msg_size,
+                          self.options.max_msg_size)
+
+    def _queues(self) -> list[str]:
+        return select_queues(self.options.path, self.options.matches)
+
+    # ------------------------------------------------------------- offsets
+
+    def initialOffset(self) -> Offset:
+        """Every selected queue at its read position."""
+        return {q: list(self._view(q).read) for q in self._queues()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRecordsPerTrigger`` or else ``maxBytesPerTrigger``; both apply when both are set."""
+        if self.options.max_records_per_trigger is not None:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an ``availableNow`` run: what the queues hold now."""
+        self._target = {q: self._view(q).end for q in self._queues()}
+
+    def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
+        opts = self.options
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows, opts.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxBytes):
+            return opts.max_records_per_trigger, limit.max_bytes
+        return None, None  # ReadAllAvailable, and limits this source cannot honour
+
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
+        """The end offset of the next batch, within ``limit`` (start itself if no data).
+
+        In consume mode, first releases every queue up to ``start``. Raises
+        QueueBusy if that needs a queue a live DiskQueue has open.
+        """
+        if self.options.consume and start:
+            self._release_started(start)
+        max_rows, max_bytes = self._limits(limit)
+        queues = set(self._queues()) | set(start)
+        if self._target is not None:
+            queues &= set(self._target) | set(start)
+        end: Offset = {}
+        left = len(queues)
+        for queue in sorted(queues):
+            view = self._view(queue)
+            begin = _pos(start[queue]) if queue in start else view.read
+            stop = view.end
+            if self._target is not None:
+                stop = min(stop, self._target.get(queue, begin))
+            new = begin
+            if stop > begin:
+                if max_rows is None and max_bytes is None:
+                    new = stop
+                else:
+                    spans = spans_between(view, begin, stop)
+                    share_rows = None if max_rows is None else max(1, max_rows // left)
+                    share_bytes = None if max_bytes is None else max(1, max_bytes // left)
+                    pos, rows, nbytes = advance(view, spans, share_rows, share_bytes,
+                                                self.options.min_msg_size,
+                                                self.options.max_msg_size)
+                    new = pos if pos is not None else begin
+                    if max_rows is not None:
+                        max_rows = max(0, max_rows - rows)
+                    if max_bytes is not None:
+                        max_bytes = max(0, max_bytes - nbytes)
+            left -= 1
+            if queue in start or new != begin:
+                end[queue] = list(new)
+            if (max_rows == 0 or max_bytes == 0) and end:
+                # Budget spent: the remaining queues stay where they are.
+                for rest in sorted(queues):
+                    if rest > queue and rest in start:
+                        end[rest] = list(_pos(start[rest]))
+                break
+        return dict(sorted(end.items()))
+
+    def reportLatestOffset(self) -> Offset | None:
+        """Where every selected queue ends now (for the query's progress report)."""
+        return {q: list(self._view(q).end) for q in self._queues()} or None
+
+    # ------------------------------------------------------------- batches
+
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
+        """Segment spans between ``start`` and ``end``, one queue per partition."""
+        parts: list[QueuePartition] = []
+        for queue in sorted(end):
+            view = self._view(queue)
+            begin = _pos(start[queue]) if queue in start else view.read
+            spans = spans_between(view, begin, _pos(end[queue]))
+            parts.extend(group_spans(self.options.path, queue, spans,
+                                     self.options.max_bytes_per_partition))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Rows of one partition, as in a batch read."""
+        if not isinstance(partition, QueuePartition):
+            return iter(())
+        return read_partition(self.options, partition)
+
+    # ------------------------------------------------------------- consume
+
+    def commit(self, end: Offset) -> None:
+        """Consume mode: release every queue up to ``end``; otherwise nothing.
+
+        Raises QueueBusy (a QueueLocked) naming the queue and the holder's pid
+        if a live DiskQueue has the queue open.
+        """
+        if not self.options.consume:
+            return
+        for queue, pos in sorted(end.items()):
+            release(self._layout(queue), _pos(pos), self.options.min_msg_size,
+                    self.options.max_msg_size)
+
+    def _release_started(self, start: Offset) -> None:
+        # See the module docstring for why ``start`` is already in the sink.
+        for queue, value in sorted(start.items()):
+            layout = self._layout(queue)
+            try:
+                meta = load_meta(layout.meta_path)
+            except ValueError:
+                meta = None
+            pos = _pos(value)
+            if meta is not None and pos <= meta.read:
+                continue  # already released: no lock needed
+            release(layout, pos, self.options.min_msg_size, self.options.max_msg_size)

@@ -1,0 +1,183 @@
+"""Writing: each task stages segment files; the driver links them into the queue.
+
+Commit protocol (batch and streaming):
+
+1. Every task writes its rows into its own staged files under
+   ``DIR/.spark-staging/NAME/JOB/``, rolled by go-diskqueue's rule at
+   ``maxBytesPerFile``, fsynced, and returns their paths in its commit message.
+2. The driver's ``commit`` takes the queue's lock, renames the staged files to
+   the segment numbers after the queue's last record, in partition order, and
+   then stores one new meta file with the depth increased. Until that meta is
+   stored, an error moves the files back.
+3. ``abort`` (and a failed task) removes the staged files. The queue's own
+   files are not touched before step 2, so a failed job leaves them byte for
+   byte as they were.
+
+A streaming sink also records, after the meta, the last batch id it appended
+(``NAME.diskqueue.spark-sink.json``, replaced atomically), keyed by the
+``writerId`` option or else the query's checkpoint location; a replayed batch
+id is not appended again.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from .._layout import Layout
+from ..errors import MessageSizeError
+from . import _nsq
+from ._files import StagedFile, StagedWriter, link, remove_staged, remove_staging_dir, staging_dir
+from ._options import OptionError, SourceOptions, require_single_name
+
+
+@dataclass(frozen=True)
+class StagedMessage(WriterCommitMessage):
+    """What one task wrote: its staged files, in order."""
+
+    files: tuple[StagedFile, ...]
+
+
+def check_write_schema(options: SourceOptions, schema: StructType) -> str:
+    """The column to write (``payload``, or ``body`` with ``format=nsq``).
+
+    Raises OptionError if the DataFrame lacks it or it is not binary or string.
+    """
+    column = "body" if options.nsq else "payload"
+    fields = {f.name: f for f in schema.fields}
+    if column not in fields:
+        raise OptionError(
+            "format",
+            f"is {options.format!r}, so the DataFrame needs a binary column {column!r}; "
+            f"it has {sorted(fields)}",
+        )
+    if not isinstance(fields[column].dataType, (BinaryType, StringType)):
+        raise OptionError(
+            "format",
+            f"is {options.format!r}: column {column!r} must be binary or string, "
+            f"got {fields[column].dataType.simpleString()}",
+        )
+    return column
+
+
+def _payloads(batch: pa.RecordBatch, column: str, options: SourceOptions) -> list[bytes]:
+    col = batch.column(column)
+    if col.null_count:
+        raise ValueError(f"diskqueue: column {column!r} holds a null; a message cannot be null")
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        values = [v.encode() for v in col.to_pylist()]
+    else:
+        values = col.to_pylist()
+    if options.nsq:
+        names = batch.schema.names
+        ids = batch.column("id").to_pylist() if "id" in names else None
+        stamps = batch.column("timestamp").to_pylist() if "timestamp" in names else None
+        tries = batch.column("attempts").to_pylist() if "attempts" in names else None
+        values = [
+            _nsq.encode(
+                body,
+                ids[i].encode() if ids is not None and ids[i] is not None else None,
+                stamps[i] if stamps is not None else None,
+                tries[i] if tries is not None and tries[i] is not None else 0,
+            )
+            for i, body in enumerate(values)
+        ]
+    lo, hi = options.min_msg_size, options.max_msg_size
+    for v in values:
+        if not lo <= len(v) <= hi:
+            raise MessageSizeError(len(v), lo, hi)
+    return values
+
+
+def write_task(options: SourceOptions, job: str, column: str,
+               batches: Iterator[pa.RecordBatch]) -> StagedMessage:
+    """Stage one task's rows; remove what it staged if anything fails."""
+    layout = Layout(options.path, require_single_name(options))
+    writer = StagedWriter(staging_dir(layout, job), options.max_bytes_per_file)
+    try:
+        for batch in batches:
+            writer.write(_payloads(batch, column, options))
+        return StagedMessage(tuple(writer.close()))
+    except BaseException:
+        writer.discard()
+        raise
+
+
+def _files(messages: list[WriterCommitMessage | None]) -> list[StagedFile]:
+    return [f for m in messages if isinstance(m, StagedMessage) for f in m.files]
+
+
+class _Base:
+    def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise OptionError("mode", "must be 'append': a queue cannot be overwritten by Spark")
+        self.options = options
+        self.name = require_single_name(options)
+        self.column = check_write_schema(options, schema)
+        self.layout = Layout(options.path, self.name)
+        self.job = uuid.uuid4().hex
+
+    def _cleanup(self, messages: list[WriterCommitMessage | None]) -> None:
+        remove_staged(_files(messages))
+        # Files of failed or speculative task attempts that sent no message.
+        remove_staging_dir(staging_dir(self.layout, self.job))
+        parent = os.path.dirname(staging_dir(self.layout, self.job))
+        for path in (parent, os.path.dirname(parent)):
+            try:
+                os.rmdir(path)  # only when empty: another job may be staging beside us
+            except OSError:
+                break
+
+
+class DiskQueueWriter(_Base, DataSourceArrowWriter):
+    """``df.write.format("diskqueue")``: append a DataFrame to one queue, all or nothing."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        """Stage this task's rows."""
+        return write_task(self.options, self.job, self.column, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Link every staged file into the queue under its lock."""
+        try:
+            link(self.layout, _files(messages), self.options.min_msg_size,
+                 self.options.max_msg_size)
+        finally:
+            self._cleanup(messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Remove the staged files; the queue is untouched."""
+        self._cleanup(messages)
+
+
+class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
+    """``writeStream.format("diskqueue")``: each micro-batch appended once."""
+
+    def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
+        super().__init__(options, schema, overwrite)
+        self.writer_id = options.writer_id or "default"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        """Stage this task's rows of the current micro-batch."""
+        return write_task(self.options, self.job, self.column, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Link the batch's files, unless batch ``batchId`` was already appended."""
+        try:
+            link(self.layout, _files(messages), self.options.min_msg_size,
+                 self.options.max_msg_size, (self.writer_id, batchId))
+        finally:
+            self._cleanup(messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Remove the batch's staged files."""
+        self._cleanup(messages)
