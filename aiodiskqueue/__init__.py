@@ -1,9 +1,11 @@
 """aiodiskqueue: an asyncio-native persistent FIFO queue, byte-compatible with go-diskqueue."""
 
 from ._options import Statistics
+from .ack import AckQueue, AckStatistics, Message
 from .errors import (
     CorruptionError,
     DiskQueueError,
+    MessageNotInFlight,
     MessageSizeError,
     QueueClosed,
     QueueEmpty,
@@ -13,9 +15,13 @@ from .errors import (
 from .queue import DiskQueue
 
 __all__ = [
+    "AckQueue",
+    "AckStatistics",
     "CorruptionError",
     "DiskQueue",
     "DiskQueueError",
+    "Message",
+    "MessageNotInFlight",
     "MessageSizeError",
     "QueueClosed",
     "QueueEmpty",

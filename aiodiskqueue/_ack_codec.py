@@ -1,0 +1,114 @@
+"""Byte layouts of the reliable-delivery layer: nsqd's message and the ack log's records.
+
+Pure functions on bytes, no I/O.
+
+nsqd's message (``Message.WriteTo`` in nsqd/message.go), used as the payload of
+a data record with ``format="nsq"`` and inside every ack log entry::
+
+    8-byte big-endian timestamp (ns) | 2-byte big-endian attempts | 16-byte ASCII hex id | body
+
+Ack log records are framed as ``4-byte BE length | 4-byte BE crc32 | payload``;
+the payload starts with one kind byte:
+
+* ``E`` entry: key, fetch_seq, due_ns, then the nsqd message (its attempts field
+  is the number of deliveries so far). ``due_ns == 0`` means "deliver at once".
+* ``U`` update: key, due_ns, attempts (a requeue, or a delivery of a stored entry).
+* ``D`` done: key, fetch_seq (finished or dead-lettered; ``fetch_seq`` is non-zero
+  when the entry itself was never written, see :mod:`aiodiskqueue._ack_journal`).
+* ``H`` head: highest fetch_seq, the last commit's fetch_seq and data queue read
+  position, next key. Written at every commit and at the start of every segment.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+
+NSQ_HEADER = struct.Struct(">qH16s")
+NSQ_MIN_SIZE = NSQ_HEADER.size  # 26, nsqd's minValidMsgLength
+MAX_ATTEMPTS_FIELD = 0xFFFF
+
+FRAME = struct.Struct(">II")
+ENTRY = struct.Struct(">cQQq")
+UPDATE = struct.Struct(">cQqH")
+DONE = struct.Struct(">cQQ")
+HEAD = struct.Struct(">cQQQQQ")
+SEQ = struct.Struct(">QQ")  # key, fetch_seq right after the kind byte of E and D
+
+KIND_ENTRY = ord("E")
+KIND_UPDATE = ord("U")
+KIND_DONE = ord("D")
+KIND_HEAD = ord("H")
+
+
+def encode_nsq(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """Encode one message in nsqd's layout; attempts saturate at 65535."""
+    return NSQ_HEADER.pack(timestamp, min(attempts, MAX_ATTEMPTS_FIELD), msg_id) + body
+
+
+def decode_nsq(payload: bytes) -> tuple[int, int, bytes, bytes]:
+    """Split nsqd's layout into (timestamp, attempts, id, body).
+
+    Raises ValueError if the payload is shorter than 26 bytes.
+    """
+    if len(payload) < NSQ_MIN_SIZE:
+        raise ValueError(f"an nsqd message needs at least {NSQ_MIN_SIZE} bytes, "
+                         f"got {len(payload)}")
+    ts, attempts, msg_id = NSQ_HEADER.unpack_from(payload)
+    return ts, attempts, msg_id, payload[NSQ_MIN_SIZE:]
+
+
+def frame(payload: bytes) -> bytes:
+    """Frame one ack log record: length, crc32, payload."""
+    return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def entry_record(key: int, fetch_seq: int, due_ns: int, timestamp: int, attempts: int,
+                 msg_id: bytes, body: bytes) -> bytes:
+    """The payload of an ``E`` record."""
+    return (ENTRY.pack(b"E", key, fetch_seq, due_ns)
+            + NSQ_HEADER.pack(timestamp, min(attempts, MAX_ATTEMPTS_FIELD), msg_id) + body)
+
+
+def update_record(key: int, due_ns: int, attempts: int) -> bytes:
+    """The payload of a ``U`` record."""
+    return UPDATE.pack(b"U", key, due_ns, min(attempts, MAX_ATTEMPTS_FIELD))
+
+
+def done_record(key: int, fetch_seq: int) -> bytes:
+    """The payload of a ``D`` record."""
+    return DONE.pack(b"D", key, fetch_seq)
+
+
+def head_record(fetch_seq: int, commit_seq: int, commit_file: int, commit_pos: int,
+                next_key: int) -> bytes:
+    """The payload of an ``H`` record."""
+    return HEAD.pack(b"H", fetch_seq, commit_seq, commit_file, commit_pos, next_key)
+
+
+def rewrite_entry(payload: bytes, due_ns: int, attempts: int) -> bytes:
+    """An ``E`` payload with a new due time and attempts count (for compaction)."""
+    _, key, fetch_seq, _ = ENTRY.unpack_from(payload)
+    ts, _, msg_id = NSQ_HEADER.unpack_from(payload, ENTRY.size)
+    return (ENTRY.pack(b"E", key, fetch_seq, due_ns)
+            + NSQ_HEADER.pack(ts, min(attempts, MAX_ATTEMPTS_FIELD), msg_id)
+            + payload[ENTRY.size + NSQ_MIN_SIZE:])
+
+
+class IdGenerator:
+    """Message ids: 16 lower-case hex characters, increasing, unique within a queue.
+
+    The number is the wall-clock millisecond shifted left by 16 bits plus a
+    counter, never lower than the previous id: 65,536 ids per millisecond before
+    it runs ahead of the clock, so a reopened queue does not reuse ids.
+    """
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def next(self) -> bytes:
+        """Return a new id as 16 ASCII bytes."""
+        n = max(self._last + 1, (time.time_ns() // 1_000_000) << 16)
+        self._last = n
+        return b"%016x" % n

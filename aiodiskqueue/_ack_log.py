@@ -1,0 +1,335 @@
+"""The ack log's files: synchronous I/O, run on the ack layer's own I/O thread.
+
+Segments ``NAME.ack.%06d.log`` hold framed records (see :mod:`._ack_codec`).
+The log is append-only; space is reclaimed by deleting whole segments from the
+oldest end once none of their entries is live, after copying the few live ones
+forward (compaction, decided by :mod:`._ack_journal`). Deleting only from the
+oldest end keeps replay correct: a ``D`` or ``U`` record always comes after the
+``E`` records of its key, so deleting a prefix can never drop a ``D`` and keep
+the ``E`` it cancels.
+
+Recovery on open reads every segment in order and replays it: the latest ``E``
+of a key wins, ``U`` updates it, ``D`` removes it. A torn record at the end of
+the last segment (a crash in the middle of a write) is cut off; a bad record
+inside an older segment ends the reading of that segment, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+
+from ._ack_codec import (
+    ENTRY,
+    FRAME,
+    HEAD,
+    KIND_DONE,
+    KIND_ENTRY,
+    KIND_HEAD,
+    KIND_UPDATE,
+    NSQ_HEADER,
+    SEQ,
+    UPDATE,
+    frame,
+    head_record,
+    rewrite_entry,
+)
+
+log = logging.getLogger("aiodiskqueue")
+
+_MAX_RECORD = 2**31 - 1
+_ATTEMPTS_AT = ENTRY.size + 8  # the nsqd message's attempts field inside an E payload
+
+Loc = tuple[int, int, int]  # segment number, offset of the frame, frame size
+
+
+@dataclass(slots=True)
+class Stored:
+    """A live entry found by recovery: where it is and its latest state."""
+
+    seg: int
+    off: int
+    size: int
+    fetch_seq: int
+    due_ns: int
+    attempts: int
+
+
+@dataclass(slots=True)
+class Recovered:
+    """What :meth:`AckLog.open` found."""
+
+    entries: dict[int, Stored]
+    fetch_seq: int
+    commit: tuple[int, int, int] | None  # fetch_seq, data read file, data read pos
+    next_key: int
+    sizes: dict[int, int]
+    cut_bytes: int  # torn tail removed from the last segment
+
+
+@dataclass(slots=True)
+class LogJob:
+    """One hop's work, done in this order: reads, appends, copies, fsync, deletes."""
+
+    records: list[bytes] = field(default_factory=list)
+    reads: list[Loc] = field(default_factory=list)
+    copies: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    delete: list[int] = field(default_factory=list)
+    sync: bool = False
+
+
+@dataclass(slots=True)
+class LogResult:
+    """Locations of the appended records and copies, bodies read, segment sizes."""
+
+    locs: list[Loc]
+    copy_locs: list[Loc]
+    read_payloads: list[bytes]
+    sizes: dict[int, int]
+
+
+class AckLog:
+    """Owner of the ack log's segment files (one thread at a time)."""
+
+    def __init__(self, directory: str, name: str, segment_bytes: int) -> None:
+        self.directory = directory
+        self.name = name
+        self.segment_bytes = segment_bytes
+        self._pattern = re.compile(re.escape(name) + r"\.ack\.(\d{6})\.log$")
+        self.active = 0
+        self.size = 0
+        self.sizes: dict[int, int] = {}
+        self._fd: int | None = None
+        self._seg_start = 0  # bytes of the active segment before its first record
+        self._dir_dirty = False
+        self.fetch_seq = 0
+        self.commit = (0, 0, 0)
+        self.next_key = 1
+
+    def path(self, num: int) -> str:
+        """The file name of segment ``num``."""
+        return os.path.join(self.directory, f"{self.name}.ack.{num:06d}.log")
+
+    # ------------------------------------------------------------------ open / recovery
+
+    def open(self) -> Recovered:
+        """Read and replay every segment; open the last one for appending.
+
+        Raises OSError if the files cannot be read or created.
+        """
+        nums = sorted(int(m.group(1)) for f in os.listdir(self.directory)
+                      if (m := self._pattern.match(f)))
+        entries: dict[int, Stored] = {}
+        commit: tuple[int, int, int] | None = None
+        cut = 0
+        for i, num in enumerate(nums):
+            with open(self.path(num), "rb") as f:
+                data = f.read()
+            end, commit = self._replay(num, data, entries, commit)
+            if end < len(data):
+                if i == len(nums) - 1:
+                    cut = len(data) - end
+                    log.info("%s: cut a torn tail of %d byte(s) at offset %d",
+                             self.path(num), cut, end)
+                    with open(self.path(num), "r+b") as fw:
+                        fw.truncate(end)
+                        os.fsync(fw.fileno())
+                    data = data[:end]
+                else:
+                    log.warning("%s: bad record at offset %d; the %d byte(s) after it are "
+                                "ignored", self.path(num), end, len(data) - end)
+            self.sizes[num] = len(data)
+        if commit is not None:
+            self.commit = commit
+        if nums:
+            self.active = nums[-1]
+            self._fd = os.open(self.path(self.active), os.O_RDWR | os.O_CREAT, 0o644)
+            self.size = self.sizes[self.active]
+        else:
+            self._new_segment(0)
+            self._flush_head()
+        return Recovered(entries, self.fetch_seq, commit, self.next_key, dict(self.sizes), cut)
+
+    def _replay(self, num: int, data: bytes, entries: dict[int, Stored],
+                commit: tuple[int, int, int] | None) -> tuple[int, tuple[int, int, int] | None]:
+        off = 0
+        n_data = len(data)
+        while off + FRAME.size <= n_data:
+            n, crc = FRAME.unpack_from(data, off)
+            end = off + FRAME.size + n
+            if n < 1 or end > n_data:
+                break
+            p = data[off + FRAME.size:end]
+            if zlib.crc32(p) != crc:
+                break
+            kind = p[0]
+            if kind == KIND_ENTRY and n >= ENTRY.size + NSQ_HEADER.size:
+                _, key, seq, due = ENTRY.unpack_from(p)
+                attempts = int.from_bytes(p[_ATTEMPTS_AT:_ATTEMPTS_AT + 2], "big")
+                entries[key] = Stored(num, off, end - off, seq, due, attempts)
+                self._track(key, seq)
+            elif kind == KIND_UPDATE and n == UPDATE.size:
+                _, key, due, attempts = UPDATE.unpack(p)
+                st = entries.get(key)
+                if st is not None:
+                    st.due_ns, st.attempts = due, attempts
+            elif kind == KIND_DONE and n == SEQ.size + 1:
+                key, seq = SEQ.unpack_from(p, 1)
+                entries.pop(key, None)
+                self._track(key, seq)
+            elif kind == KIND_HEAD and n == HEAD.size:
+                _, seq, cseq, cfile, cpos, nkey = HEAD.unpack(p)
+                self.fetch_seq = max(self.fetch_seq, seq)
+                self.next_key = max(self.next_key, nkey)
+                commit = (cseq, cfile, cpos)
+            else:
+                break
+            off = end
+        return off, commit
+
+    def _track(self, key: int, seq: int) -> None:
+        self.fetch_seq = max(self.fetch_seq, seq)
+        if key >= self.next_key:
+            self.next_key = key + 1
+
+    # ------------------------------------------------------------------ one hop
+
+    def run(self, job: LogJob) -> LogResult:
+        """Do one hop's work.
+
+        Raises OSError if a read, write or fsync fails; appended bytes of the
+        failed job are cut off again when possible.
+        """
+        reads = [self._read(loc)[ENTRY.size:] for loc in job.reads]
+        locs = self._append(job.records) if job.records else []
+        copy_locs: list[Loc] = []
+        if job.copies:
+            payloads = [rewrite_entry(self._read((seg, off, size)), due, attempts)
+                        for seg, off, size, due, attempts in job.copies]
+            copy_locs = self._append(payloads)
+        if job.sync or job.copies or job.delete:
+            self._sync()
+        for num in job.delete:
+            if num != self.active:
+                try:
+                    os.remove(self.path(num))
+                except FileNotFoundError:
+                    pass
+                self.sizes.pop(num, None)
+                self._dir_dirty = True
+        if job.delete:
+            self._sync_dir()
+        return LogResult(locs, copy_locs, reads, dict(self.sizes))
+
+    def _read(self, loc: Loc) -> bytes:
+        seg, off, size = loc
+        if seg == self.active and self._fd is not None:
+            data = os.pread(self._fd, size, off)
+        else:
+            with open(self.path(seg), "rb") as f:
+                f.seek(off)
+                data = f.read(size)
+        if len(data) != size:
+            raise OSError(f"{self.path(seg)}: short read at offset {off}")
+        n, crc = FRAME.unpack_from(data)
+        p = data[FRAME.size:]
+        if n != len(p) or zlib.crc32(p) != crc:
+            raise OSError(f"{self.path(seg)}: bad record at offset {off}")
+        return p
+
+    def _append(self, payloads: list[bytes]) -> list[Loc]:
+        locs: list[Loc] = []
+        buf = bytearray()
+        start = self.size
+        limit = self.segment_bytes
+        try:
+            for p in payloads:
+                fr = frame(p)
+                used = self.size + len(buf)
+                if used > self._seg_start and used + len(fr) > limit:
+                    self._write(buf)
+                    buf = bytearray()
+                    self._roll()
+                    start = self.size
+                locs.append((self.active, self.size + len(buf), len(fr)))
+                buf += fr
+                kind = p[0]
+                if kind == KIND_ENTRY or kind == KIND_DONE:
+                    key, seq = SEQ.unpack_from(p, 1)
+                    self._track(key, seq)
+                elif kind == KIND_HEAD:
+                    _, seq, cseq, cfile, cpos, nkey = HEAD.unpack(p)
+                    self.commit = (cseq, cfile, cpos)
+                    self.fetch_seq = max(self.fetch_seq, seq)
+                    self.next_key = max(self.next_key, nkey)
+            self._write(buf)
+        except OSError:
+            self._cut(start)
+            raise
+        return locs
+
+    def _write(self, buf: bytearray | bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(buf)
+        while view:
+            n = os.pwrite(self._fd, view, self.size)
+            self.size += n
+            view = view[n:]
+        self.sizes[self.active] = self.size
+
+    def _cut(self, size: int) -> None:
+        try:
+            if self._fd is not None:
+                os.ftruncate(self._fd, size)
+                self.size = size
+                self.sizes[self.active] = size
+        except OSError:
+            log.exception("%s: cannot cut a failed write", self.path(self.active))
+
+    def _roll(self) -> None:
+        assert self._fd is not None
+        os.fsync(self._fd)  # the older segment is complete and durable before the next starts
+        os.close(self._fd)
+        self._fd = None
+        self._new_segment(self.active + 1)
+        self._flush_head()
+
+    def _new_segment(self, num: int) -> None:
+        self.active = num
+        self._fd = os.open(self.path(num), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.size = 0
+        self.sizes[num] = 0
+        self._dir_dirty = True
+
+    def _flush_head(self) -> None:
+        # Every segment starts with the head, so deleting older segments never
+        # loses the highest fetch_seq or the last commit.
+        cseq, cfile, cpos = self.commit
+        self._write(frame(head_record(self.fetch_seq, cseq, cfile, cpos, self.next_key)))
+        self._seg_start = self.size
+
+    def _sync(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+        if self._dir_dirty:
+            self._sync_dir()
+
+    def _sync_dir(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._dir_dirty = False
+
+    def close(self) -> None:
+        """fsync and close the active segment; idempotent."""
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = None
