@@ -1,0 +1,139 @@
+"""Smoke tests of the benchmark suite: shape of its table and JSON, and its order check.
+
+No speed is asserted anywhere: the numbers are evidence for the README, not test outcomes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+
+ROW_KEYS = {"workload", "system", "size", "producers", "loop", "rate_median", "rate_min",
+            "rate_max", "guarantee"}
+OURS = "aiodiskqueue"
+
+
+def _load(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, str(BENCH / "run.py"), "--quick", "--reps", "1", "--sizes", "64",
+           "--messages", "2000", "--tmpdir", str(tmp_path / "queues"), "--out", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory
+              ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """One tiny run: ours on asyncio, the raw baseline, queuelib and a durable peer."""
+    return _run(tmp_path_factory.mktemp("bench"), "--loop", "asyncio",
+                "--systems", "ours,raw,queuelib,diskcache-full")
+
+
+def test_json_has_meta_and_typed_rows(
+        quick_run: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    _, data = quick_run
+    meta = data["meta"]
+    assert {"machine", "python", "versions", "timestamp"} <= meta.keys()
+    assert meta["versions"]["aiodiskqueue"].startswith("0.")
+    assert meta["machine"]["tmp_same_device_as_repo"] in (True, False)
+    rows = data["rows"]
+    assert rows
+    for r in rows:
+        assert ROW_KEYS <= r.keys(), r
+        assert isinstance(r["size"], int) and isinstance(r["producers"], int)
+        assert r["rate_min"] <= r["rate_median"] <= r["rate_max"], r
+        assert isinstance(r["guarantee"], str) and r["guarantee"]
+
+
+def test_every_workload_of_ours_ran_and_was_checked(
+        quick_run: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    _, data = quick_run
+    ours = {(r["workload"], r["producers"]) for r in data["rows"] if r["system"] == OURS}
+    assert ours == {("put", 1), ("put", 16), ("put_many", 1), ("drain", 1), ("get_many", 1),
+                    ("durable", 1), ("durable", 16), ("durable", 64)}
+    assert all(r["loop"] == "asyncio" for r in data["rows"] if r["system"] == OURS)
+    assert all(r["verified"] and r["rate_median"] > 0 for r in data["rows"]), \
+        [r for r in data["rows"] if not r["verified"]]
+    assert data["meta"]["all_verified"] is True
+
+
+def test_peers_and_baseline_rows_and_ratios(
+        quick_run: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    _, data = quick_run
+    systems = {r["system"] for r in data["rows"]}
+    assert {"queuelib FifoDiskQueue", "diskcache Deque (synchronous=FULL)",
+            "raw os.write 1 MiB", "raw os.read 1 MiB", "raw os.write+fdatasync 1 MiB"} <= systems
+    by_key = {(r["workload"], r["producers"], r["system"]): r for r in data["rows"]}
+    put = by_key[("put", 1, OURS)]
+    assert put["ratio_queuelib"] > 0 and put["ratio_raw"] > 0
+    durable = by_key[("durable", 64, OURS)]
+    assert durable["best_peer"] == "diskcache Deque (synchronous=FULL)"
+    assert durable["ratio_best_peer"] > 0
+    # queuelib keeps no crash guarantee: it is never the "best peer" of a crash-safe row.
+    assert all(r.get("best_peer") != "queuelib FifoDiskQueue"
+               for r in data["rows"] if r["system"] == OURS)
+    assert "queuelib FifoDiskQueue: 16 producers n/a (not thread-safe)" in data["meta"]["skipped"]
+
+
+def test_table_reports_the_order_check(
+        quick_run: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    proc, data = quick_run
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:4] == ["workload", "prod", "size", "system"]
+    n = len(data["rows"])
+    assert (f"check: every message came back once and in order (per producer) in {n} of {n} rows"
+            in proc.stdout)
+    ours_lines = [ln for ln in lines if f" {OURS} " in ln]
+    assert len(ours_lines) == 8 and all(" ok " in ln for ln in ours_lines)
+
+
+def test_only_and_both_loops(tmp_path: Path) -> None:
+    _, data = _run(tmp_path, "--loop", "both", "--only", "drain", "--systems", "ours")
+    rows = data["rows"]
+    assert {(r["workload"], r["loop"]) for r in rows} == {("drain", "asyncio"), ("drain", "uvloop")}
+
+
+def test_order_check_catches_loss_duplicates_and_reordering() -> None:
+    run = _load("run")
+    lists = run.make_payloads(16, [3, 2])
+    a, b = lists
+    assert run.check_order([a[0], b[0], a[1], b[1], a[2]], lists) is None
+    assert run.check_order([a[0], a[2], a[1], b[0], b[1]], lists) is not None
+    assert run.check_order([a[0], a[1], b[0], b[1]], lists) == "got 4 messages, expected 5"
+    assert run.check_order([a[0], a[1], a[1], b[0], b[1]], lists) is not None
+    one = [a]
+    assert run.check_order([a[1], a[0], a[2]], one) is not None
+
+
+def test_baseline_round_trips_records(tmp_path: Path) -> None:
+    baseline = _load("baseline")
+    payloads = [bytes([i % 256]) * (i * 37 % 3000) for i in range(2000)]
+    path = str(tmp_path / "raw.dat")
+    baseline.write_records(path, payloads, sync=True, batch_bytes=4096)
+    got, _ = baseline.read_records(path, chunk_bytes=1000)
+    assert got == payloads
+    size = sum(4 + len(p) for p in payloads)
+    assert (tmp_path / "raw.dat").stat().st_size == size
