@@ -98,7 +98,11 @@ class ManualClock:
         """
         if seconds < 0:
             raise ValueError(f"seconds must be >= 0, got {seconds}")
-        self._now += seconds
+        self.advance_to(self._now + seconds)
+
+    def advance_to(self, when: float) -> None:
+        """Set the time to ``when`` (never backwards) and run the callbacks that became due."""
+        self._now = max(self._now, when)
         while self._timers and self._timers[0][0] <= self._now:
             _, _, h, cb = heapq.heappop(self._timers)
             if not h.cancelled:

@@ -35,7 +35,7 @@ class ParseResult:
     found at ``stop`` when it is outside the allowed range, else ``None``.
     """
 
-    __slots__ = ("records", "stop", "bad_length")
+    __slots__ = ("bad_length", "records", "stop")
 
     def __init__(self, records: list[tuple[bytes, int, int]], stop: int, bad_length: int | None) -> None:
         self.records = records

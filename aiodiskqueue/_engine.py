@@ -29,7 +29,7 @@ from ._meta import Meta
 from ._options import Options
 from ._scan import Record
 from ._store import Job, JobResult, OpenState, SegmentStore
-from .errors import DiskQueueError, QueueClosed
+from .errors import CorruptionError, DiskQueueError, QueueClosed
 
 log = logging.getLogger("aiodiskqueue")
 
@@ -138,7 +138,8 @@ class Engine:
         self._flights: deque[_Flight] = deque()  # hops in flight, oldest first
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
-                                  opts.max_msg_size)
+                                  opts.max_msg_size, opts.strict)
+        self.corruption: CorruptionError | None = None  # strict mode: reading stopped here
         self.lock = QueueLock(layout.lock_path)
         self.io: IOThread | None = None
         self.task: asyncio.Task[None] | None = None
@@ -335,7 +336,7 @@ class Engine:
         else:
             self._sync_batch = []
         if (self.read_at < self.write_at and self.ready_bytes <= self.low_water
-                and not closing):
+                and not closing and self.corruption is None):
             job.read_from = self.read_at
             job.read_budget = self.opts.read_buffer_bytes - self.ready_bytes
         if job.payloads is None and not job.sync and job.read_from is None:
@@ -426,6 +427,10 @@ class Engine:
                 self.ready.extend(recs)
                 self.ready_bytes += res.records_bytes
             self.read_at = res.read_to
+            if res.corruption is not None:
+                log.error("%s", res.corruption)
+                self.corruption = res.corruption
+                self.wake_all_getters()
         if res.quarantined and not stale:
             self.bad_files += len(res.quarantined)
             if res.remaining is not None:
@@ -453,7 +458,7 @@ class Engine:
         if self.state is State.CLOSING:
             return
         # The read slot is armed only while unread data waits on disk.
-        if self.read_at < self.write_at:
+        if self.read_at < self.write_at and self.corruption is None:
             if self.read_slot is None or self.read_slot.done():
                 self.read_slot = loop.create_future()
             self.refill_at = self.low_water

@@ -59,7 +59,7 @@ class IOThread:
             try:
                 res = fn(*args)
                 ok = True
-            except BaseException as exc:  # handed to the awaiting coroutine
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
                 res, ok = exc, False
             try:
                 loop.call_soon_threadsafe(_resolve, fut, ok, res)

@@ -17,7 +17,7 @@ from .errors import QueueLocked
 class QueueLock:
     """An exclusive, non-blocking lock on one queue."""
 
-    __slots__ = ("path", "_fd")
+    __slots__ = ("_fd", "path")
 
     def __init__(self, path: str) -> None:
         self.path = path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ class Options:
     maxsize: int = 0
     read_buffer_bytes: int = 4 * MiB
     write_buffer_bytes: int = 16 * MiB
+    strict: bool = False
 
     def __post_init__(self) -> None:
         _check_int("max_bytes_per_file", self.max_bytes_per_file, 1)
@@ -55,11 +57,13 @@ class Options:
         si = self.sync_interval
         if isinstance(si, bool) or not isinstance(si, (int, float)):
             raise TypeError(f"sync_interval must be a number, got {type(si).__name__}")
-        if not si > 0 or si != si or si == float("inf"):
+        if not (si > 0 and math.isfinite(si)):
             raise ValueError(f"sync_interval must be a finite number > 0, got {si}")
         _check_int("maxsize", self.maxsize, 0)
         _check_int("read_buffer_bytes", self.read_buffer_bytes, 4096)
         _check_int("write_buffer_bytes", self.write_buffer_bytes, 4096)
+        if not isinstance(self.strict, bool):
+            raise TypeError(f"strict must be a bool, got {type(self.strict).__name__}")
 
 
 @dataclass(frozen=True, slots=True)

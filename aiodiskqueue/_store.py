@@ -11,13 +11,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from itertools import accumulate, chain, repeat
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, repeat
 
 from ._codec import HEADER
 from ._layout import Layout, fsync_dir
 from ._meta import Meta, load_meta, store_meta
 from ._scan import Record, read_span, scan_segment
+from .errors import CorruptionError
 
 log = logging.getLogger("aiodiskqueue")
 
@@ -58,6 +59,7 @@ class JobResult:
     read_to: tuple[int, int] | None = None
     read_error: OSError | None = None
     quarantined: list[str] = field(default_factory=list)
+    corruption: CorruptionError | None = None  # strict mode: what stopped the read
     remaining: int | None = None  # records on disk past read_to, recounted after a quarantine
     write_at: tuple[int, int] = (0, 0)
     bytes_on_disk: int = 0
@@ -76,8 +78,10 @@ class OpenState:
 class SegmentStore:
     """Owns a queue's segment files while it is open."""
 
-    def __init__(self, layout: Layout, max_bytes_per_file: int, min_size: int, max_size: int) -> None:
+    def __init__(self, layout: Layout, max_bytes_per_file: int, min_size: int, max_size: int,
+                 strict: bool = False) -> None:
         self.layout = layout
+        self.strict = strict
         self.max_bytes = max_bytes_per_file
         self.min_size = min_size
         self.max_size = max_size
@@ -103,6 +107,8 @@ class SegmentStore:
         try:
             meta = load_meta(lay.meta_path)
         except ValueError as exc:
+            if self.strict:
+                raise CorruptionError(lay.meta_path, 0, str(exc)) from exc
             moved = lay.meta_path + ".bad"
             log.warning("%s: unreadable meta file (%s); moved to %s, rebuilding from segments",
                         lay.meta_path, exc, moved)
@@ -130,6 +136,9 @@ class SegmentStore:
                     depth = 0
                 meta = Meta(depth, meta.read_file_num, meta.read_pos, *tail)
             else:
+                if self.strict:
+                    raise CorruptionError(lay.meta_path, 0,
+                                          f"meta {meta.encode()!r} does not match the segments")
                 log.warning("%s: meta %r does not match the segments; recounting from the "
                             "read position", lay.meta_path, meta)
                 read_file, read_pos = meta.read
@@ -211,12 +220,14 @@ class SegmentStore:
             self.write_file, self.write_pos = num, s.end
         if read_file not in segs and nums:
             read_file, read_pos = nums[0], 0
-        if (read_file, read_pos) > (self.write_file, self.write_pos):
-            read_file, read_pos = self.write_file, self.write_pos
+        read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
         return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
 
     def _quarantine(self, num: int, offset: int, reason: str) -> str:
+        """Rename a damaged segment to ``.bad``; in strict mode raise CorruptionError instead."""
         path = self.layout.segment_path(num)
+        if self.strict:
+            raise CorruptionError(path, offset, reason)
         size = _size(path)
         if num == self._rnum and self._rfd is not None:
             os.close(self._rfd)
@@ -415,6 +426,10 @@ class SegmentStore:
             if fnum < self.write_file:
                 fd = self._reader(fnum)
                 if fd is None:
+                    if self.strict:
+                        res.corruption = CorruptionError(self.layout.segment_path(fnum), 0,
+                                                         "segment missing")
+                        break
                     log.warning("%s: segment missing; skipping to the next one",
                                 self.layout.segment_path(fnum))
                     fnum, pos, recount = fnum + 1, 0, True
@@ -436,7 +451,11 @@ class SegmentStore:
             if span.problem is not None:
                 what = (f"length {span.bad_length} outside [{self.min_size}, {self.max_size}]"
                         if span.bad_length is not None else "truncated record")
-                res.quarantined.append(self._quarantine(fnum, pos, what))
+                try:
+                    res.quarantined.append(self._quarantine(fnum, pos, what))
+                except CorruptionError as exc:
+                    res.corruption = exc  # strict: stop here, touch nothing
+                    break
                 if fnum == self.write_file:
                     # The damaged file is the one being written: move the writer on.
                     if self._wfd is not None:

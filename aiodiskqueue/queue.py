@@ -40,6 +40,10 @@ class DiskQueue:
     ``sync_every=1`` it returns once the record is fsynced; concurrent puts
     share one fsync.
 
+    A damaged segment is renamed ``.bad`` and skipped (counted in
+    ``statistics().bad_files``); with ``strict=True`` nothing is changed and
+    opening or reading raises CorruptionError instead.
+
     Raises TypeError or ValueError at construction for a bad option.
     """
 
@@ -56,6 +60,7 @@ class DiskQueue:
         maxsize: int = 0,
         read_buffer_bytes: int = 4 * 2**20,
         write_buffer_bytes: int = 16 * 2**20,
+        strict: bool = False,
     ) -> None:
         opts = Options(
             max_bytes_per_file=max_bytes_per_file,
@@ -66,6 +71,7 @@ class DiskQueue:
             maxsize=maxsize,
             read_buffer_bytes=read_buffer_bytes,
             write_buffer_bytes=write_buffer_bytes,
+            strict=strict,
         )
         self._layout = Layout(os.fspath(directory), check_name(name))
         self._e = Engine(self._layout, opts)
@@ -250,11 +256,11 @@ class DiskQueue:
                 except ValueError:
                     pass
                 # Pass on a wake-up this cancelled waiter received, so room is not wasted.
-                if fut.done() and not fut.cancelled() and e.depth + e.unwritten < e.maxsize:
-                    if e.putters:
-                        w = e.putters.popleft()
-                        if not w.done():
-                            w.set_result(None)
+                woken = fut.done() and not fut.cancelled()
+                if woken and e.putters and e.depth + e.unwritten < e.maxsize:
+                    w = e.putters.popleft()
+                    if not w.done():
+                        w.set_result(None)
                 raise
 
     # ------------------------------------------------------------------ get
@@ -269,6 +275,8 @@ class DiskQueue:
         e = self._e
         ready = e.ready
         if not ready:
+            if e.corruption is not None:
+                raise e.corruption
             if e.state is State.OPEN and not e.shutdown_immediate:
                 raise QueueEmpty()
             if e.state is State.SHUTDOWN and not e.shutdown_immediate and e.qsize():
@@ -314,13 +322,18 @@ class DiskQueue:
         Cancelling ``get()`` leaves the queue unchanged: a waiter only wakes the
         task, the message is taken after the wake-up.
 
-        Raises QueueClosed when the queue is closed, or shut down and drained.
+        Raises QueueClosed when the queue is closed, or shut down and drained;
+        CorruptionError (``strict=True`` only) when the next record is damaged:
+        nothing is renamed or skipped, and puts keep working.
         """
         e = self._e
         while not e.ready:
-            if e.state is not State.OPEN:
-                if e.state is not State.SHUTDOWN or e.shutdown_immediate or not e.qsize():
-                    raise e.closed_error()
+            if e.corruption is not None:
+                raise e.corruption
+            if e.state is not State.OPEN and (
+                e.state is not State.SHUTDOWN or e.shutdown_immediate or not e.qsize()
+            ):
+                raise e.closed_error()
             fut = e.loop.create_future()  # type: ignore[union-attr]
             e.getters.append(fut)
             try:

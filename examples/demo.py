@@ -26,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from aiodiskqueue import DiskQueue  # noqa: E402
+from aiodiskqueue import DiskQueue
 
 PRODUCER = r"""
 import asyncio, sys

@@ -6,10 +6,10 @@ import asyncio
 import random
 from pathlib import Path
 
-from aiodiskqueue import DiskQueue
-
 from conftest import MakeQueue
-from helpers_format import records, segment_numbers, seg_name
+from helpers_format import records, seg_name, segment_numbers
+
+from aiodiskqueue import DiskQueue
 
 
 def on_disk(directory: Path, name: str) -> set[bytes]:

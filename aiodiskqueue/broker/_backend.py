@@ -6,10 +6,13 @@ messages. The rest of the broker sees :class:`Store` and :class:`Delivery`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol, final
 
+from ..ack import AckQueue, Message
+from ..errors import MessageNotInFlight, QueueEmpty
 from ._options import BrokerOptions
 
 
@@ -32,6 +35,11 @@ class Delivery(Protocol):
     @property
     def timestamp(self) -> int:
         """Publication time, nanoseconds since the epoch."""
+        ...
+
+    @property
+    def in_flight(self) -> bool:
+        """False once finished, requeued, or taken back by the store after its deadline."""
         ...
 
     async def finish(self) -> None:
@@ -63,6 +71,7 @@ class StoreStats:
 class Store(Protocol):
     """A durable at-least-once queue of message bodies."""
 
+
     async def put(self, body: bytes, delay: float = 0.0) -> None:
         """Store ``body``, deliverable after ``delay`` seconds."""
         ...
@@ -88,13 +97,108 @@ class Store(Protocol):
         ...
 
 
-class StoreError(Exception):
-    """A finish, requeue or touch of a message that is no longer in flight."""
+PER_DELIVERY_TIMEOUT: Final = False
+"""Whether ``Store.get(msg_timeout)`` honours its argument (AckQueue's get() has none)."""
+
+StoreError = MessageNotInFlight
+"""Raised by a finish, requeue or touch of a message that is no longer in flight."""
+
+_NSQ_HEADER = 26
+_UNBOUNDED_IN_FLIGHT = 1 << 40
+"""Clients' RDY counts bound what is in flight; the store itself does not."""
+
+
+@final
+class _AckDelivery:
+    """A :class:`Message` with its id as the 16 bytes the wire carries."""
+
+    __slots__ = ("_m", "attempts", "body", "id", "timestamp")
+
+    def __init__(self, m: Message) -> None:
+        self._m = m
+        self.id = m.id.encode("latin-1")
+        self.body = m.body
+        self.attempts = m.attempts
+        self.timestamp = m.timestamp
+
+    @property
+    def in_flight(self) -> bool:
+        """False once finished, requeued or timed out."""
+        return self._m.in_flight
+
+    async def finish(self) -> None:
+        await self._m.finish()
+
+    async def requeue(self, delay: float = 0.0) -> None:
+        await self._m.requeue(delay)
+
+    async def touch(self) -> None:
+        await self._m.touch()
+
+
+@final
+class AckStore:
+    """A :class:`Store` over an :class:`~aiodiskqueue.AckQueue` in nsqd's message format.
+
+    The queue's ``msg_timeout`` is the broker's: ``AckQueue.get()`` takes no
+    per-delivery timeout, so a client's IDENTIFY ``msg_timeout`` cannot be
+    honoured (:data:`PER_DELIVERY_TIMEOUT` is False, and IDENTIFY reports the
+    timeout that applies).
+    """
+
+    def __init__(self, q: AckQueue) -> None:
+        self.q = q
+
+    async def put(self, body: bytes, delay: float = 0.0) -> None:
+        await self.q.put(body, delay=delay)
+
+    async def put_many(self, bodies: list[bytes]) -> None:
+        # AckQueue has no put_many: start every put in order in this loop
+        # iteration, so the data queue writes them as one batch, in order.
+        await asyncio.gather(*(self.q.put(b) for b in bodies))
+
+    async def get(self, msg_timeout: float | None = None) -> Delivery:
+        return _AckDelivery(await self.q.get())
+
+    async def empty(self) -> None:
+        """Finish every message that is ready now (deferred ones stay: AckQueue cannot drop them)."""
+        q = self.q
+        while q.qsize() > 0:
+            try:
+                m = q.get_nowait()
+            except QueueEmpty:
+                m = await q.get()
+            await m.finish()
+
+    def stats(self) -> StoreStats:
+        s = self.q.statistics()
+        return StoreStats(depth=s.depth, in_flight=s.in_flight, deferred=s.deferred,
+                          finished=s.finished, requeued=s.requeued, timed_out=s.timed_out,
+                          dead_lettered=s.dead_lettered)
+
+    async def aclose(self) -> None:
+        await self.q.aclose()
 
 
 async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerOptions) -> Store:
-    """Open (creating) the store ``name`` in ``directory``."""
-    raise NotImplementedError("the AckQueue adapter is not wired yet")
+    """Open (creating) the store ``name`` in ``directory``: an AckQueue with ``format="nsq"``.
+
+    Raises QueueLocked if another process has it open, DiskQueueError on I/O errors.
+    """
+    q = await AckQueue.open(
+        directory, name,
+        msg_timeout=opts.msg_timeout,
+        max_msg_timeout=opts.max_msg_timeout,
+        max_delay=opts.max_req_timeout,
+        max_in_flight=_UNBOUNDED_IN_FLIGHT,
+        max_attempts=opts.max_attempts,
+        format="nsq",
+        max_msg_size=opts.max_msg_size + _NSQ_HEADER,
+        max_bytes_per_file=opts.max_bytes_per_file,
+        sync_every=opts.sync_every,
+        sync_interval=opts.sync_interval,
+    )
+    return AckStore(q)
 
 
-__all__ = ["Delivery", "Store", "StoreError", "StoreStats", "open_store"]
+__all__ = ["PER_DELIVERY_TIMEOUT", "AckStore", "Delivery", "Store", "StoreError", "StoreStats", "open_store"]

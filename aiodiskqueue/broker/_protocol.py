@@ -192,13 +192,15 @@ def _int_field(data: dict[str, Any], key: str) -> int:
     return int(value)
 
 
-def negotiate(body: bytes, limits: Limits) -> tuple[ClientConfig, bytes]:
+def negotiate(body: bytes, limits: Limits, *, client_msg_timeout: bool = True) -> tuple[ClientConfig, bytes]:
     """Apply an IDENTIFY body; return the client's config and the response payload.
 
     The response is ``OK`` unless the client asked for ``feature_negotiation``,
     then a JSON object with nsqd's fields (``max_rdy_count``, ``version``,
     ``max_msg_timeout``, ``msg_timeout``, ...). TLS, snappy and deflate are
     never enabled (answered ``false``), so clients stay on the plain stream.
+    With ``client_msg_timeout=False`` a valid ``msg_timeout`` is accepted but
+    the server's applies, and the response says so.
 
     Raises ClientError(E_BAD_BODY) for bad JSON or out-of-range values, with
     nsqd's wording.
@@ -221,7 +223,7 @@ def negotiate(body: bytes, limits: Limits) -> tuple[ClientConfig, bytes]:
         raise ClientError("E_BAD_BODY", f"IDENTIFY heartbeat interval ({hb}) is invalid")
 
     mt = _int_field(data, "msg_timeout")
-    if mt == 0:
+    if mt == 0 or (1000 <= mt <= limits.max_msg_timeout_ms and not client_msg_timeout):
         msg_timeout = limits.msg_timeout_ms
     elif 1000 <= mt <= limits.max_msg_timeout_ms:
         msg_timeout = mt

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import DiskQueueError
-from ._backend import Delivery, StoreError
+from ._backend import PER_DELIVERY_TIMEOUT, Delivery, StoreError
 from ._broker import Broker
 from ._protocol import (
     CLOSE_WAIT,
@@ -233,7 +233,8 @@ class Connection:
         if self.state is not State.INIT:
             raise ClientError("E_INVALID", "cannot IDENTIFY in current state")
         body = await self._read_body("IDENTIFY", "E_BAD_BODY", self.broker.options.max_body_size)
-        self.config, resp = negotiate(body, self.broker.options.limits())
+        self.config, resp = negotiate(body, self.broker.options.limits(),
+                                       client_msg_timeout=PER_DELIVERY_TIMEOUT)
         if self._heartbeat is not None:
             # Restart the ticker with the negotiated interval.
             self._heartbeat.cancel()
@@ -430,7 +431,7 @@ class Connection:
     def _prune(self, now: float, timeout: float) -> None:
         """Forget deliveries the store took back after their deadline (timed out)."""
         self._next_prune = now + min(1.0, timeout / 4)
-        stale = [k for k, d in self.in_flight.items() if not _alive(d)]
+        stale = [k for k, d in self.in_flight.items() if not d.in_flight]
         for k in stale:
             del self.in_flight[k]
 
@@ -481,11 +482,6 @@ class Connection:
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _alive(d: Delivery) -> bool:
-    alive = getattr(d, "in_flight", True)
-    return bool(alive)
 
 
 def _show(raw: bytes) -> str:

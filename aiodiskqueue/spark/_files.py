@@ -441,6 +441,9 @@ def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,
 
     Raises DiskQueueError if a live process holds the queue's lock.
     """
+    files = [f for f in files if f.records]
+    if not files and batch is None:
+        return None  # an empty job leaves no trace, not even a lock file
     os.makedirs(layout.directory, exist_ok=True)
     lock = _lock(layout, "append to")
     try:
@@ -448,7 +451,6 @@ def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,
             log.info("queue %r: batch %d of %r was already appended; skipping the replay",
                      layout.name, batch[1], batch[0])
             return None
-        files = [f for f in files if f.records]
         if not files:
             if batch is not None:
                 record_batch(layout, *batch)
