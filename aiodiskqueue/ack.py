@@ -688,13 +688,22 @@ class AckQueue:
     def _make_due(self, e: Entry) -> None:
         e.ver += 1
         if e.body is not None:
-            e.state = State.READY
-            self._ready.append(e)
-            self._wake_getters(1)
+            self._make_ready(e)
         else:
             e.state = State.LOADING
             self._need_load.append(e)
             self._kick()
+
+    def _make_ready(self, e: Entry) -> None:
+        """A due entry with its body in memory: ready, or dead if out of attempts."""
+        if self._max_attempts and e.attempts >= self._max_attempts:
+            e.state = State.DEAD
+            self._dead.append(e)
+            self._kick()
+            return
+        e.state = State.READY
+        self._ready.append(e)
+        self._wake_getters(1)
 
     def _arm(self) -> None:
         dl, du = self._deadlines, self._dues
@@ -836,10 +845,7 @@ class AckQueue:
     async def _fetch(self) -> None:
         payload = await self._data.get()
         # Same step as the take: the fetch_seq order is the data queue's order.
-        e = self._take(payload)
-        e.state = State.READY
-        self._ready.append(e)
-        self._wake_getters(1)
+        self._make_ready(self._take(payload))
 
     async def _stop_fetch(self) -> None:
         t = self._fetch_task
@@ -880,8 +886,7 @@ class AckQueue:
             ts, _, msg_id, body = decode_nsq(payload)
             e.timestamp, e.msg_id, e.body = ts, msg_id, body
             if e.state is State.LOADING:
-                e.state = State.READY
-                self._ready.append(e)
+                self._make_ready(e)
         for e in written:
             if e.state is State.DEFERRED:
                 e.body = None
@@ -947,6 +952,8 @@ class AckQueue:
             if self._dead:
                 await self._dead_letter()
             await self._commit_now()
+        except DiskQueueError as exc:
+            log.error("%s: final commit failed: %s", self._name, exc)
         except BaseException:
             log.exception("%s: final commit failed", self._name)
         if self._timer is not None:

@@ -1,0 +1,557 @@
+"""AckQueue: finish, requeue, touch, timeouts, attempts, dead letters, max_in_flight, errors.
+
+Time is a ManualClock: deadlines and due times move only when a test advances it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiodiskqueue import (
+    AckQueue,
+    DiskQueue,
+    DiskQueueError,
+    Message,
+    MessageNotInFlight,
+    MessageSizeError,
+    QueueClosed,
+    QueueEmpty,
+)
+from aiodiskqueue._ack_clock import ManualClock
+
+MakeAck = Callable[..., Awaitable[AckQueue]]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def make_ack(tmp_path: Path, clock: ManualClock) -> AsyncIterator[MakeAck]:
+    """``await make_ack(**options)`` opens ``jobs`` in tmp_path with the manual clock."""
+    opened: list[AckQueue] = []
+
+    async def _make(**options: Any) -> AckQueue:
+        options.setdefault("clock", clock)
+        options.setdefault("msg_timeout", 10.0)
+        q = await AckQueue.open(options.pop("directory", tmp_path), options.pop("name", "jobs"),
+                                **options)
+        opened.append(q)
+        return q
+
+    yield _make
+    for q in reversed(opened):
+        await q.aclose()
+
+
+async def get(q: AckQueue) -> Message:
+    """``q.get()`` with a guard against a hang (not a timing assertion)."""
+    return await asyncio.wait_for(q.get(), 10)
+
+
+async def drain(q: AckQueue) -> list[bytes]:
+    """Get and finish everything that is ready now."""
+    out = []
+    while q.qsize():
+        m = await get(q)
+        out.append(m.body)
+        await m.finish()
+    return out
+
+
+# ---------------------------------------------------------------- basics
+
+
+async def test_put_get_finish(make_ack: MakeAck, tmp_path: Path) -> None:
+    q = await make_ack()
+    await q.put(b"job")
+    m = await get(q)
+    assert (m.body, m.attempts, m.in_flight) == (b"job", 1, True)
+    assert len(m.id) == 16 and int(m.id, 16) > 0
+    assert m.timestamp > 0
+    assert q.statistics().in_flight == 1
+    await m.finish()
+    st = q.statistics()
+    assert (st.in_flight, st.finished, st.depth, st.delivered) == (0, 1, 0, 1)
+    assert not m.in_flight
+    await q.aclose()
+    q2 = await make_ack()
+    assert q2.empty()
+    with pytest.raises(QueueEmpty):
+        q2.get_nowait()
+
+
+async def test_fifo_for_messages_never_requeued(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    for i in range(50):
+        await q.put(b"%d" % i)
+    assert await drain(q) == [b"%d" % i for i in range(50)]
+
+
+async def test_ids_are_unique_hex(make_ack: MakeAck) -> None:
+    q = await make_ack(max_in_flight=500)
+    for i in range(300):
+        await q.put(b"x")
+    ids = [(await get(q)).id for _ in range(300)]
+    assert len(set(ids)) == 300
+    assert all(len(i) == 16 and all(c in "0123456789abcdef" for c in i) for i in ids)
+
+
+@pytest.mark.parametrize("action", ["finish", "requeue", "touch"])
+@pytest.mark.parametrize("first", ["finish", "requeue"])
+async def test_second_action_raises_and_changes_nothing(make_ack: MakeAck, first: str,
+                                                        action: str) -> None:
+    q = await make_ack()
+    await q.put(b"once")
+    m = await get(q)
+    await getattr(m, first)()
+    before = q.statistics()
+    with pytest.raises(MessageNotInFlight, match=f"message {m.id} is not in flight: already"):
+        await getattr(m, action)()
+    after = q.statistics()
+    assert (after.finished, after.requeued, after.in_flight) == \
+        (before.finished, before.requeued, before.in_flight)
+
+
+async def test_requeue_now_redelivers_with_attempts_counted(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    await q.put(b"again")
+    m1 = await get(q)
+    await m1.requeue()
+    m2 = await get(q)
+    assert (m2.body, m2.id, m2.attempts) == (b"again", m1.id, 2)
+    with pytest.raises(MessageNotInFlight):
+        await m1.finish()
+    await m2.finish()
+    st = q.statistics()
+    assert (st.requeued, st.finished, st.timed_out) == (1, 1, 0)
+
+
+async def test_requeue_with_delay_waits_for_due_time(make_ack: MakeAck,
+                                                     clock: ManualClock) -> None:
+    q = await make_ack()
+    await q.put(b"later")
+    m = await get(q)
+    await m.requeue(delay=5.0)
+    await q.sync()  # the entry is on disk: its body is read back when due
+    assert q.statistics().deferred == 1
+    clock.advance(4.999)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    assert q.statistics().deferred == 1
+    clock.advance(0.001)
+    m2 = await get(q)
+    assert (m2.body, m2.attempts, m2.id) == (b"later", 2, m.id)
+    assert q.statistics().deferred == 0
+
+
+async def test_deferred_put(make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack()
+    await q.put(b"b", delay=2.0)
+    await q.put(b"a", delay=1.0)
+    await q.put(b"now")
+    assert (await get(q)).body == b"now"
+    assert q.statistics().deferred == 2
+    clock.advance(1.0)
+    m = await get(q)
+    assert (m.body, m.attempts) == (b"a", 1)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    clock.advance(1.0)
+    assert (await get(q)).body == b"b"
+
+
+async def test_timeout_requeues_and_old_handle_is_dead(make_ack: MakeAck,
+                                                       clock: ManualClock) -> None:
+    q = await make_ack(msg_timeout=10.0)
+    await q.put(b"slow")
+    m = await get(q)
+    clock.advance(9.999)
+    assert m.in_flight and q.statistics().timed_out == 0
+    clock.advance(0.001)
+    assert not m.in_flight
+    st = q.statistics()
+    assert (st.timed_out, st.in_flight, st.requeued) == (1, 0, 0)
+    m2 = await get(q)
+    assert (m2.body, m2.attempts, m2.id) == (b"slow", 2, m.id)
+    with pytest.raises(MessageNotInFlight, match="timed out"):
+        await m.finish()
+    with pytest.raises(MessageNotInFlight):
+        await m.touch()
+    await m2.finish()
+    assert q.statistics().finished == 1
+
+
+async def test_touch_extends_up_to_max_msg_timeout(make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack(msg_timeout=10.0, max_msg_timeout=15.0)
+    await q.put(b"long")
+    m = await get(q)
+    start = m.deadline - 10.0
+    clock.advance(8.0)
+    await m.touch()
+    assert m.deadline == start + 15.0  # min(now + 10, delivery + 15)
+    clock.advance(6.999)
+    assert m.in_flight
+    clock.advance(0.001)
+    assert not m.in_flight
+    assert q.statistics().timed_out == 1
+
+
+async def test_touch_moves_deadline(make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack(msg_timeout=10.0)
+    await q.put(b"t")
+    m = await get(q)
+    clock.advance(5.0)
+    await m.touch()
+    clock.advance(9.0)  # 14 s after delivery, 9 s after the touch
+    assert m.in_flight
+    clock.advance(1.0)
+    assert not m.in_flight
+
+
+async def test_deadline_precision_100k_in_flight(tmp_path: Path, make_ack: MakeAck,
+                                                 clock: ManualClock) -> None:
+    n, batch = 100_000, 10_000
+    async with DiskQueue(tmp_path, "jobs") as dq:
+        await dq.put_many([b"%d" % i for i in range(n)])
+    q = await make_ack(msg_timeout=30.0, max_in_flight=n)
+    deadlines = []
+    for _ in range(n // batch):
+        deadlines.append((await q.get()).deadline)
+        for _ in range(batch - 1):
+            await q.get()
+        clock.advance(0.001)  # the next batch is delivered 1 ms later
+    assert q.statistics().in_flight == n
+    assert clock.next_timer() == deadlines[0]  # one timer, at the earliest deadline
+    clock.advance_to(deadlines[0] - 0.0005)
+    assert q.statistics().timed_out == 0
+    for b, dl in enumerate(deadlines):
+        clock.advance_to(dl)
+        assert q.statistics().timed_out == (b + 1) * batch
+        assert clock.next_timer() == (deadlines[b + 1] if b + 1 < len(deadlines) else None)
+
+
+# ---------------------------------------------------------------- attempts, dead letters
+
+
+def nsq_record(ts: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """nsqd's Message.WriteTo layout, assembled field by field."""
+    return (ts.to_bytes(8, "big") + attempts.to_bytes(2, "big") + msg_id + body)
+
+
+async def test_nsq_record_written_by_nsqd_is_delivered_with_its_fields(
+        tmp_path: Path, make_ack: MakeAck) -> None:
+    rec = nsq_record(1_600_000_000_123_456_789, 3, b"0a1b2c3d4e5f6789", b"hello nsq")
+    assert len(rec) == 26 + 9
+    async with DiskQueue(tmp_path, "topic:chan") as dq:
+        await dq.put(rec)
+    q = await make_ack(name="topic:chan", format="nsq")
+    m = await get(q)
+    assert (m.id, m.timestamp, m.attempts, m.body) == \
+        ("0a1b2c3d4e5f6789", 1_600_000_000_123_456_789, 4, b"hello nsq")
+
+
+async def test_nsq_format_round_trip(tmp_path: Path, make_ack: MakeAck) -> None:
+    q = await make_ack(format="nsq")
+    await q.put(b"payload")
+    await q.aclose()
+    async with DiskQueue(tmp_path, "jobs") as dq:
+        raw = await dq.get()
+    ts, attempts, msg_id = struct.unpack(">qH16s", raw[:26])
+    assert (attempts, raw[26:], len(raw)) == (0, b"payload", 33)
+    assert ts > 0 and all(c in b"0123456789abcdef" for c in msg_id)
+    async with DiskQueue(tmp_path, "jobs") as dq:  # put it back for the AckQueue
+        await dq.put(raw)
+    q2 = await make_ack(format="nsq")
+    m = await get(q2)
+    assert (m.id, m.timestamp, m.attempts, m.body) == (msg_id.decode(), ts, 1, b"payload")
+    await m.requeue()
+    await q2.aclose()
+    # The requeued message lives in the ack log; its stored attempts count the delivery.
+    q3 = await make_ack(format="nsq")
+    m3 = await get(q3)
+    assert (m3.id, m3.timestamp, m3.attempts) == (msg_id.decode(), ts, 2)
+
+
+async def test_dead_letter_after_max_attempts(make_ack: MakeAck) -> None:
+    q = await make_ack(max_attempts=2)
+    await q.put(b"poison")
+    await q.put(b"fine")
+    m = await get(q)
+    assert (m.body, m.attempts) == (b"poison", 1)
+    await m.requeue()
+    m = await get(q)
+    assert (m.body, m.attempts) == (b"poison", 2)
+    await m.requeue()
+    m = await get(q)  # attempt 3 would exceed max_attempts: dead-lettered, next one comes
+    assert m.body == b"fine"
+    await m.finish()
+    dead = await asyncio.wait_for(q.dead_letters.get(), 10)
+    assert dead == b"poison"
+    st = q.statistics()
+    assert (st.dead_lettered, st.in_flight, st.depth) == (1, 0, 0)
+
+
+async def test_dead_letter_keeps_nsq_layout(make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack(max_attempts=1, format="nsq", msg_timeout=1.0)
+    await q.put(b"poison")
+    m = await get(q)
+    clock.advance(1.0)  # timed out: attempt 2 is not allowed
+    assert q.statistics().timed_out == 1
+    dead = await asyncio.wait_for(q.dead_letters.get(), 10)
+    ts, attempts, msg_id = struct.unpack(">qH16s", dead[:26])
+    assert (msg_id.decode(), attempts, dead[26:], ts) == (m.id, 1, b"poison", m.timestamp)
+
+
+async def test_dead_letter_counts_a_delivery_cut_by_a_restart(make_ack: MakeAck) -> None:
+    q = await make_ack(max_attempts=2)
+    await q.put(b"crasher")
+    for attempt in (1, 2):
+        m = await get(q)
+        assert m.attempts == attempt
+        await q.aclose()  # the consumer never finishes it
+        q = await make_ack(max_attempts=2)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    assert await asyncio.wait_for(q.dead_letters.get(), 10) == b"crasher"
+
+
+async def test_no_dead_letter_queue_without_max_attempts(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    with pytest.raises(DiskQueueError, match="max_attempts is 0"):
+        q.dead_letters  # noqa: B018
+
+
+# ---------------------------------------------------------------- max_in_flight, get, close
+
+
+async def test_max_in_flight_bounds_get(make_ack: MakeAck) -> None:
+    q = await make_ack(max_in_flight=2)
+    for i in range(3):
+        await q.put(b"%d" % i)
+    m1, m2 = await get(q), await get(q)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    waiter = asyncio.create_task(q.get())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    await m1.finish()
+    m3 = await asyncio.wait_for(waiter, 10)
+    assert m3.body == b"2"
+    assert q.statistics().in_flight == 2
+    await m2.finish()
+    await m3.finish()
+
+
+async def test_get_waits_for_put(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    waiter = asyncio.create_task(q.get())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    await q.put(b"x")
+    assert (await asyncio.wait_for(waiter, 10)).body == b"x"
+
+
+async def test_cancelled_get_loses_nothing(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    waiter = asyncio.create_task(q.get())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await q.put(b"kept")
+    assert (await get(q)).body == b"kept"
+
+
+async def test_close_wakes_getters_and_ends_async_for(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    await q.put(b"one")
+
+    async def consume() -> list[bytes]:
+        out = []
+        async for m in q:
+            out.append(m.body)
+            await m.finish()
+        return out
+
+    task = asyncio.create_task(consume())
+    while q.statistics().finished < 1:
+        await asyncio.sleep(0)
+    await q.aclose()
+    assert await asyncio.wait_for(task, 10) == [b"one"]
+    with pytest.raises(QueueClosed):
+        await q.get()
+    with pytest.raises(QueueClosed):
+        await q.put(b"x")
+    await q.aclose()  # idempotent
+
+
+async def test_in_flight_message_after_close(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    await q.put(b"x")
+    m = await get(q)
+    await q.aclose()
+    with pytest.raises(QueueClosed):
+        await m.finish()
+    q2 = await make_ack()
+    m2 = await get(q2)
+    assert (m2.body, m2.attempts, m2.id) == (b"x", 2, m.id)
+
+
+async def test_async_with_finishes_or_requeues_with_backoff(make_ack: MakeAck,
+                                                            clock: ManualClock) -> None:
+    q = await make_ack()
+    await q.put(b"ok")
+    await q.put(b"bad")
+    async with await get(q) as m:
+        assert m.body == b"ok"
+    assert q.statistics().finished == 1
+    with pytest.raises(RuntimeError, match="boom"):
+        async with await get(q) as m:
+            raise RuntimeError("boom")
+    st = q.statistics()
+    assert (st.requeued, st.deferred) == (1, 1)
+    clock.advance(q.backoff(1) - 0.001)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    clock.advance(0.001)
+    m = await get(q)
+    assert (m.body, m.attempts) == (b"bad", 2)
+
+
+# ---------------------------------------------------------------- reopen
+
+
+async def test_reopen_redelivers_in_flight_at_once_and_deferred_when_due(
+        make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack()
+    for b in (b"a", b"b", b"c"):
+        await q.put(b)
+    await q.put(b"d", delay=100.0)
+    ma, mb = await get(q), await get(q)
+    await ma.finish()
+    await mb.requeue(delay=50.0)
+    await q.aclose()
+    q = await make_ack()
+    st = q.statistics()
+    assert (st.deferred, st.depth) == (2, 1)
+    m = await get(q)
+    assert (m.body, m.attempts) == (b"c", 1)
+    await m.finish()
+    clock.advance(49.9)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    clock.advance(0.1)
+    m = await get(q)
+    assert (m.body, m.attempts, m.id) == (b"b", 2, mb.id)
+    await m.finish()
+    clock.advance(50.0)
+    assert (await get(q)).body == b"d"
+
+
+async def test_log_space_is_reclaimed(make_ack: MakeAck, tmp_path: Path) -> None:
+    q = await make_ack(log_segment_bytes=4096, max_in_flight=100)
+    await q.put(b"pinned")
+    pinned = await get(q)  # stays in flight: its entry must survive compaction
+    await q.sync()
+    for round_ in range(40):
+        for i in range(50):
+            await q.put(b"%d-%d" % (round_, i) * 10)
+        for _ in range(50):
+            m = await get(q)
+            await m.requeue()  # entries reach the log with their bodies
+            m = await get(q)
+            await m.finish()
+        await q.sync()
+    st = q.statistics()
+    assert st.log_segments <= 4, st
+    assert st.log_bytes <= 4 * 4096 + 2048, st
+    assert len(list(tmp_path.glob("jobs.ack.*.log"))) == st.log_segments
+    await q.aclose()
+    q = await make_ack(log_segment_bytes=4096)
+    m = await get(q)
+    assert (m.body, m.id, m.attempts) == (b"pinned", pinned.id, 2)
+    assert q.qsize() == 0
+
+
+async def test_sync_every_1_finish_is_durable(make_ack: MakeAck) -> None:
+    q = await make_ack(sync_every=1)
+    await q.put(b"x")
+    commits = q.statistics().commits
+    m = await get(q)
+    await m.finish()
+    assert q.statistics().commits > commits
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "text"),
+    [
+        ({"msg_timeout": 0}, ValueError, "msg_timeout must be a finite number > 0, got 0"),
+        ({"msg_timeout": -1.0}, ValueError, "msg_timeout must be a finite number > 0, got -1.0"),
+        ({"msg_timeout": math.nan}, ValueError, "msg_timeout must be a finite number > 0"),
+        ({"msg_timeout": "1"}, TypeError, "msg_timeout must be a number, got str"),
+        ({"msg_timeout": 10.0, "max_msg_timeout": 5.0}, ValueError,
+         "max_msg_timeout must be >= msg_timeout, got 5.0 < 10.0"),
+        ({"max_delay": -1}, ValueError, "max_delay must be a finite number >= 0, got -1"),
+        ({"max_in_flight": 0}, ValueError, r"max_in_flight must be >= 1, got 0"),
+        ({"max_attempts": -1}, ValueError, r"max_attempts must be in \[0, 65534\], got -1"),
+        ({"format": "json"}, ValueError, "format must be 'raw' or 'nsq', got 'json'"),
+        ({"sync_every": 0}, ValueError, "sync_every must be >= 1, got 0"),
+    ],
+    ids=["timeout-0", "timeout-negative", "timeout-nan", "timeout-str", "max-below-timeout",
+         "max_delay-negative", "max_in_flight-0", "max_attempts-negative", "format",
+         "sync_every-0"],
+)
+def test_bad_options(tmp_path: Path, options: dict[str, Any], error: type[Exception],
+                     text: str) -> None:
+    with pytest.raises(error, match=text):
+        AckQueue(tmp_path, "jobs", **options)
+
+
+@pytest.mark.parametrize(
+    ("delay", "text"),
+    [(-1.0, "delay must be a finite number >= 0, got -1.0"),
+     (3600.5, "delay must be <= max_delay=3600.0, got 3600.5"),
+     (math.inf, "delay must be a finite number >= 0, got inf")],
+    ids=["negative", "beyond-max_delay", "inf"],
+)
+async def test_bad_delay(make_ack: MakeAck, delay: float, text: str) -> None:
+    q = await make_ack()
+    with pytest.raises(ValueError, match=text):
+        await q.put(b"x", delay=delay)
+    await q.put(b"x")
+    m = await get(q)
+    with pytest.raises(ValueError, match=text):
+        await m.requeue(delay)
+    assert m.in_flight
+    assert q.statistics().requeued == 0
+
+
+@pytest.mark.parametrize("body", ["text", 7, None], ids=["str", "int", "None"])
+async def test_non_bytes_body(make_ack: MakeAck, body: Any) -> None:
+    q = await make_ack()
+    with pytest.raises(TypeError, match="a message body must be bytes, bytearray or memoryview"):
+        await q.put(body)
+    with pytest.raises(TypeError):
+        await q.put(body, delay=1.0)
+    assert q.qsize() == 0
+
+
+async def test_size_bounds_apply_to_deferred_puts(make_ack: MakeAck) -> None:
+    q = await make_ack(max_msg_size=10)
+    with pytest.raises(MessageSizeError):
+        await q.put(b"x" * 11, delay=1.0)
+    with pytest.raises(MessageSizeError):
+        await q.put(b"x" * 11)
+    assert q.statistics().deferred == 0
