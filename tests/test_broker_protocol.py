@@ -195,3 +195,13 @@ def test_options_validation(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError) as ei:
         BrokerOptions(**kwargs)  # type: ignore[arg-type]
     assert str(ei.value) == message
+
+
+def test_identify_msg_timeout_not_honoured_reports_server_value() -> None:
+    limits = BrokerOptions(msg_timeout=30.0).limits()
+    cfg, resp = negotiate(b'{"feature_negotiation": true, "msg_timeout": 2000}', limits,
+                          client_msg_timeout=False)
+    assert json.loads(resp)["msg_timeout"] == 30_000
+    assert cfg.msg_timeout_ms == 30_000
+    with pytest.raises(ClientError):  # still validated
+        negotiate(b'{"msg_timeout": 10}', limits, client_msg_timeout=False)

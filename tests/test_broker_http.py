@@ -1,0 +1,148 @@
+"""The broker's HTTP API: nsqd's routes, status codes and error messages."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession
+from ansq.http.writer import NSQDHTTPWriter
+from test_broker_support import RawClient, broker, channel_stats, connect, make_broker, raw_clients
+
+from aiodiskqueue.broker import BrokerServer
+
+__all__ = ["broker", "make_broker", "raw_clients"]
+
+
+@pytest.fixture
+async def http(broker: BrokerServer) -> AsyncIterator[tuple[ClientSession, str]]:
+    """A client session and the broker's base URL; closed at the end."""
+    async with ClientSession() as s:
+        yield s, f"http://127.0.0.1:{broker.http_port}"
+
+
+async def _req(http: tuple[ClientSession, str], method: str, path: str,
+               data: bytes | None = None) -> tuple[int, str, str]:
+    s, base = http
+    async with s.request(method, base + path, data=data) as resp:
+        return resp.status, await resp.text(), resp.headers.get("Content-Type", "")
+
+
+async def test_ping_and_info(broker: BrokerServer, http: tuple[ClientSession, str]) -> None:
+    assert (await _req(http, "GET", "/ping"))[:2] == (200, "OK")
+    s, base = http
+    async with s.get(base + "/info") as resp:
+        info: dict[str, Any] = await resp.json()
+    assert (info["tcp_port"], info["http_port"]) == (broker.tcp_port, broker.http_port)
+    assert info["version"]
+
+
+async def test_pub_then_consume_over_tcp(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    assert (await _req(http, "POST", "/pub?topic=web", b"from http"))[:2] == (200, "OK")
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("web", "ch")
+    m = await c.read()
+    assert m.body == b"from http"
+
+
+async def test_mpub_newline_and_binary(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    await _req(http, "POST", "/topic/create?topic=batch")
+    await _req(http, "POST", "/channel/create?topic=batch&channel=ch")
+    assert (await _req(http, "POST", "/mpub?topic=batch", b"a\nb\n\nc\n"))[:2] == (200, "OK")
+    binary = struct.pack(">i", 2) + struct.pack(">i", 2) + b"d\n" + struct.pack(">i", 1) + b"e"
+    assert (await _req(http, "POST", "/mpub?topic=batch&binary=true", binary))[:2] == (200, "OK")
+    assert channel_stats(broker, "batch", "ch")["depth"] == 5
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("batch", "ch", rdy=5)
+    assert sorted([(await c.read()).body for _ in range(5)]) == [b"a", b"b", b"c", b"d\n", b"e"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        ("/pub", b"x", 400, "MISSING_ARG_TOPIC"),
+        ("/pub?topic=bad/name", b"x", 400, "INVALID_TOPIC"),
+        ("/pub?topic=t", b"", 400, "MSG_EMPTY"),
+        ("/pub?topic=t", b"x" * 1025, 413, "MSG_TOO_BIG"),
+        ("/pub?topic=t&defer=-1", b"x", 400, "INVALID_DEFER"),
+        ("/pub?topic=t&defer=soon", b"x", 400, "INVALID_DEFER"),
+        ("/mpub?topic=t", b"x" * 5000, 413, "BODY_TOO_BIG"),
+        ("/mpub?topic=t", b"ok\n" + b"y" * 1025, 413, "MSG_TOO_BIG"),
+        ("/mpub?topic=t&binary=true", struct.pack(">i", 0), 413, "BAD_BODY"),
+        ("/mpub?topic=t&binary=true", struct.pack(">ii", 1, 9) + b"short", 413, "BAD_MESSAGE"),
+        ("/channel/create?topic=nosuch&channel=c", b"", 404, "TOPIC_NOT_FOUND"),
+        ("/channel/create?topic=t", b"", 400, "MISSING_ARG_CHANNEL"),
+        ("/channel/empty?topic=t&channel=nosuch", b"", 404, "TOPIC_NOT_FOUND"),
+        ("/topic/empty?topic=nosuch", b"", 404, "TOPIC_NOT_FOUND"),
+        ("/no/such/route", b"", 404, "NOT_FOUND"),
+    ],
+    ids=["pub-no-topic", "pub-bad-topic", "pub-empty", "pub-too-big", "defer-negative",
+         "defer-junk", "mpub-too-big", "mpub-line-too-big", "mpub-binary-count",
+         "mpub-binary-truncated", "channel-no-topic", "channel-missing-arg",
+         "empty-no-topic", "topic-empty-missing", "unknown-route"],
+)
+async def test_errors(http: tuple[ClientSession, str], path: str, body: bytes, status: int,
+                      message: str) -> None:
+    code, text, ctype = await _req(http, "POST", path, body)
+    assert code == status
+    assert ctype.startswith("application/json")
+    assert text == f'{{"message": "{message}"}}'
+    # The server keeps serving.
+    assert (await _req(http, "GET", "/ping"))[:2] == (200, "OK")
+
+
+async def test_stats_json_shape(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    await _req(http, "POST", "/pub?topic=st", b"1")
+    c = await connect(broker.tcp_port, raw_clients, client_id="statsclient")
+    await c.sub("st", "ch")
+    m = await c.read()
+    s, base = http
+    async with s.get(base + "/stats?format=json&topic=st") as resp:
+        stats: dict[str, Any] = await resp.json()
+    assert stats["health"] == "OK"
+    [topic] = stats["topics"]
+    assert topic["topic_name"] == "st"
+    assert topic["message_count"] == 1
+    [ch] = topic["channels"]
+    assert ch["channel_name"] == "ch"
+    assert ch["in_flight_count"] == 1
+    [client] = ch["clients"]
+    assert (client["client_id"], client["in_flight_count"], client["ready_count"]) == ("statsclient", 1, 1)
+    c.send(b"FIN " + m.msg_id)
+    code, text, _ = await _req(http, "GET", "/stats")
+    assert code == 200 and "[st" in text
+
+
+async def test_channel_empty_drops_queued_messages(
+    broker: BrokerServer, http: tuple[ClientSession, str]
+) -> None:
+    await _req(http, "POST", "/topic/create?topic=emp")
+    await _req(http, "POST", "/channel/create?topic=emp&channel=ch")
+    await _req(http, "POST", "/mpub?topic=emp", b"1\n2\n3")
+    assert channel_stats(broker, "emp", "ch")["depth"] == 3
+    assert (await _req(http, "POST", "/channel/empty?topic=emp&channel=ch"))[:2] == (200, "")
+    assert channel_stats(broker, "emp", "ch")["depth"] == 0
+
+
+async def test_ansq_http_writer(broker: BrokerServer) -> None:
+    w = NSQDHTTPWriter("127.0.0.1", broker.http_port)
+    try:
+        assert await w.ping() == "OK"
+        assert await w.create_topic("ansq_http") == ""
+        assert await w.create_channel("ansq_http", "c") == ""
+        assert await w.pub("ansq_http", "hello") == "OK"
+        assert await w.mpub("ansq_http", "a", "b") == "OK"
+        stats = await w.stats()
+        assert isinstance(stats, dict)
+        [topic] = [t for t in stats["topics"] if t["topic_name"] == "ansq_http"]
+        assert topic["channels"][0]["depth"] == 3
+    finally:
+        await w.close()

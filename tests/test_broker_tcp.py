@@ -1,0 +1,285 @@
+"""The broker's protocol V2 over raw sockets: the happy path and every error path."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from test_broker_support import MakeBroker, RawClient, broker, connect, make_broker, raw_clients
+
+from aiodiskqueue.broker import BrokerServer
+
+__all__ = ["broker", "make_broker", "raw_clients"]  # fixtures used by the tests below
+
+
+async def test_identify_feature_negotiation(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    f = await c.identify(feature_negotiation=True, msg_timeout=5000, heartbeat_interval=2000,
+                         client_id="t1", hostname="h1", user_agent="raw/1")
+    assert f.is_response
+    data = json.loads(f.data)
+    # The channel's timeout applies (AckQueue has no per-delivery timeout), and is reported.
+    assert data["msg_timeout"] == 60_000
+    assert data["max_rdy_count"] == 2500
+    assert data["max_msg_timeout"] == 900_000
+    assert data["tls_v1"] is False and data["snappy"] is False and data["deflate"] is False
+
+
+async def test_identify_without_negotiation_is_ok(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    f = await c.identify(client_id="plain")
+    assert (f.is_response, f.data) == (True, b"OK")
+
+
+async def test_pub_sub_fin(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients, feature_negotiation=True)
+    await c.sub("events", "ch")
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("events", b"hello")
+    m = await c.read()
+    assert m.is_message
+    assert (m.body, m.attempts) == (b"hello", 1)
+    assert len(m.msg_id) == 16 and m.timestamp > 0
+    c.send(b"FIN " + m.msg_id)
+    # FIN has no response; a NOP round trip through PUB proves it was handled in order.
+    await p.pub("events", b"second")
+    m2 = await c.read()
+    assert m2.body == b"second"
+    stats = broker.broker.stats("events", "ch")["topics"][0]["channels"][0]
+    assert stats["finish_count"] == 1
+    assert stats["message_count"] == 2
+
+
+async def test_messages_published_before_any_channel_reach_it(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
+    p = await connect(broker.tcp_port, raw_clients)
+    for i in range(5):
+        await p.pub("early", b"m%d" % i)
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("early", "late-channel", rdy=10)
+    got = sorted([(await c.read()).body for _ in range(5)])
+    assert got == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+
+
+async def test_fan_out_to_every_channel(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    a = await connect(broker.tcp_port, raw_clients)
+    await a.sub("fan", "a", rdy=10)
+    b = await connect(broker.tcp_port, raw_clients)
+    await b.sub("fan", "b", rdy=10)
+    p = await connect(broker.tcp_port, raw_clients)
+    p.send(b"MPUB fan", struct.pack(">i", 3) + b"".join(struct.pack(">i", 1) + x for x in (b"x", b"y", b"z")))
+    await p.expect_ok()
+    for c in (a, b):
+        assert sorted([(await c.read()).body for _ in range(3)]) == [b"x", b"y", b"z"]
+
+
+async def test_rdy_bounds_in_flight(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    p = await connect(broker.tcp_port, raw_clients)
+    for i in range(3):
+        await p.pub("rdy", b"%d" % i)
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("rdy", "ch", rdy=2)
+    m1, m2 = await c.read(), await c.read()
+    assert m1.is_message and m2.is_message
+    # With RDY 2 and two in flight, nothing more comes until one is finished.
+    c.send(b"NOP")
+    await p.pub("rdy", b"probe")
+    assert broker.broker.stats("rdy", "ch")["topics"][0]["channels"][0]["clients"][0]["in_flight_count"] == 2
+    c.send(b"FIN " + m1.msg_id)
+    m3 = await c.read()
+    assert m3.is_message and m3.body in (b"2", b"probe")
+
+
+async def test_req_redelivers_with_more_attempts(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("req", b"again")
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("req", "ch")
+    m = await c.read()
+    c.send(b"REQ " + m.msg_id + b" 0")
+    m2 = await c.read()
+    assert (m2.body, m2.msg_id, m2.attempts) == (b"again", m.msg_id, 2)
+    c.send(b"FIN " + m2.msg_id)
+
+
+async def test_touch_keeps_message_in_flight(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("touch", b"slow")
+    c = await connect(broker.tcp_port, raw_clients, msg_timeout=1000)
+    await c.sub("touch", "ch")
+    m = await c.read()
+    c.send(b"TOUCH " + m.msg_id)
+    c.send(b"FIN " + m.msg_id)
+    # FIN after TOUCH succeeds: an error frame would arrive before the PUB's OK.
+    await p.pub("touch", b"next")
+    m2 = await c.read()
+    assert m2.is_message and m2.body == b"next"
+
+
+async def test_disconnect_mid_flight_redelivers(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("drop", b"important")
+    c1 = await connect(broker.tcp_port, raw_clients)
+    await c1.sub("drop", "ch")
+    m = await c1.read()
+    assert m.body == b"important"
+    await c1.close()
+    c2 = await connect(broker.tcp_port, raw_clients)
+    await c2.sub("drop", "ch")
+    m2 = await c2.read()
+    assert (m2.body, m2.msg_id) == (b"important", m.msg_id)
+    assert m2.attempts == 2
+
+
+async def test_message_timeout_redelivers(make_broker: MakeBroker, raw_clients: list[RawClient]) -> None:
+    broker = await make_broker(msg_timeout=1.0)
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("slow", b"late")
+    c1 = await connect(broker.tcp_port, raw_clients, msg_timeout=1000)
+    await c1.sub("slow", "ch")
+    m = await c1.read()
+    c1.send(b"RDY 0")
+    c2 = await connect(broker.tcp_port, raw_clients)
+    await c2.sub("slow", "ch")
+    m2 = await c2.read()  # not finished within 1 s: delivered again, to the ready client
+    assert (m2.body, m2.msg_id, m2.attempts) == (b"late", m.msg_id, 2)
+    c1.send(b"FIN " + m.msg_id)  # too late: the first delivery is gone; not fatal
+    f = await c1.read()
+    assert f.is_error and f.data.startswith(b"E_FIN_FAILED"), f.data
+    c2.send(b"FIN " + m2.msg_id)
+    c2.send(b"CLS")
+    assert (await c2.read()).data == b"CLOSE_WAIT"
+    c1.send(b"RDY 1")
+    await p.pub("slow", b"after")
+    assert (await c1.read()).body == b"after"
+
+
+async def test_dpub_is_delivered_after_delay(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("later", "ch")
+    p = await connect(broker.tcp_port, raw_clients)
+    p.send(b"DPUB later 300", b"deferred")
+    await p.expect_ok()
+    await p.pub("later", b"now")
+    first, second = await c.read(), None
+    assert first.body == b"now"
+    c.send(b"FIN " + first.msg_id)
+    second = await c.read()
+    assert second.body == b"deferred"
+
+
+async def test_cls_answers_close_wait(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("cls", "ch")
+    c.send(b"CLS")
+    f = await c.read()
+    assert (f.is_response, f.data) == (True, b"CLOSE_WAIT")
+
+
+async def test_heartbeat_is_sent(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients, heartbeat_interval=1000)
+    f = await c.read(skip_heartbeats=False)
+    assert (f.is_response, f.data) == (True, b"_heartbeat_")
+
+
+# ---------------------------------------------------------------------- errors
+
+FATAL_CASES = [
+    (b"BOGUS\n", b'E_INVALID invalid command "BOGUS"'),
+    (b"PUB bad/topic\n", b'E_BAD_TOPIC PUB topic name "bad/topic" is not valid'),
+    (b"PUB " + b"t" * 65 + b"\n", b"E_BAD_TOPIC PUB topic name"),
+    (b"PUB\n", b"E_INVALID PUB insufficient number of parameters"),
+    (b"PUB big\n" + struct.pack(">i", 1025) + b"x" * 1025, b"E_BAD_MESSAGE PUB message too big 1025 > 1024"),
+    (b"PUB empty\n" + struct.pack(">i", 0), b"E_BAD_MESSAGE PUB invalid message body size 0"),
+    (b"PUB neg\n" + struct.pack(">i", -5), b"E_BAD_MESSAGE PUB invalid message body size -5"),
+    (b"MPUB t\n" + struct.pack(">i", 5000), b"E_BAD_BODY MPUB body too big 5000 > 4096"),
+    (b"MPUB t\n" + struct.pack(">ii", 4, 0), b"E_BAD_BODY MPUB invalid message count 0"),
+    (b"MPUB t\n" + struct.pack(">iii", 8, 1, 2000), b"E_BAD_MESSAGE MPUB message too big 2000 > 1024"),
+    (b"DPUB t 99999999999\n", b"E_INVALID DPUB timeout 99999999999 out of range 0-3600000"),
+    (b"DPUB t soon\n", b'E_INVALID DPUB could not parse timeout "soon"'),
+    (b"SUB t bad:channel\n", b'E_BAD_CHANNEL SUB channel name "bad:channel" is not valid'),
+    (b"SUB t\n", b"E_INVALID SUB insufficient number of parameters"),
+    (b"RDY 5\n", b"E_INVALID cannot RDY in current state"),
+    (b"FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),
+    (b"CLS\n", b"E_INVALID cannot CLS in current state"),
+    (b"IDENTIFY\n" + struct.pack(">i", 8) + b"not json", b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    (b"IDENTIFY\n" + struct.pack(">i", 999_999), b"E_BAD_BODY IDENTIFY body too big 999999 > 4096"),
+    (b"AUTH\n" + struct.pack(">i", 3) + b"abc", b"E_AUTH_DISABLED AUTH Disabled"),
+    (b"X" * 70_000 + b"\n", b"E_INVALID command line too long"),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"), FATAL_CASES,
+    ids=["unknown-command", "bad-topic", "long-topic", "pub-no-topic", "oversize-body",
+         "zero-body", "negative-body", "mpub-body-too-big", "mpub-zero-count", "mpub-msg-too-big",
+         "dpub-range", "dpub-parse", "bad-channel", "sub-params", "rdy-before-sub",
+         "fin-before-sub", "cls-before-sub", "identify-bad-json", "identify-too-big",
+         "auth", "line-too-long"],
+)
+async def test_fatal_errors_close_only_that_connection(
+    broker: BrokerServer, raw_clients: list[RawClient], data: bytes, expected: bytes
+) -> None:
+    keeper = await connect(broker.tcp_port, raw_clients)
+    await keeper.pub("kept", b"stored before the bad client")
+
+    bad = await connect(broker.tcp_port, raw_clients)
+    bad.writer.write(data)
+    f = await bad.read()
+    assert f.is_error
+    assert f.data.startswith(expected), f.data
+    assert await bad.closed_by_server()
+
+    # The server keeps serving, other connections and stored data are intact.
+    await keeper.pub("kept", b"stored after")
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("kept", "ch", rdy=2)
+    assert sorted([(await c.read()).body for _ in range(2)]) == [b"stored after", b"stored before the bad client"]
+
+
+async def test_bad_magic_is_refused(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await RawClient.connect(broker.tcp_port, magic=b"  V1")
+    raw_clients.append(c)
+    f = await c.read()
+    assert f.is_error and f.data.startswith(b"E_BAD_PROTOCOL")
+    assert await c.closed_by_server()
+
+
+@pytest.mark.parametrize(
+    ("cmd", "code"),
+    [(b"FIN", b"E_FIN_FAILED"), (b"REQ", b"E_REQ_FAILED"), (b"TOUCH", b"E_TOUCH_FAILED")],
+    ids=["fin", "req", "touch"],
+)
+async def test_settle_unknown_id_is_not_fatal(
+    broker: BrokerServer, raw_clients: list[RawClient], cmd: bytes, code: bytes
+) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("settle", "ch")
+    line = cmd + b" ffffffffffffffff" + (b" 0" if cmd == b"REQ" else b"")
+    c.send(line)
+    f = await c.read()
+    assert f.is_error and f.data.startswith(code + b" " + cmd + b' "ffffffffffffffff" failed'), f.data
+    # Still connected and subscribed: a published message arrives.
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("settle", b"still here")
+    assert (await c.read()).body == b"still here"
+
+
+async def test_bad_message_id_is_fatal(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("ids", "ch")
+    c.send(b"FIN short")
+    f = await c.read()
+    assert f.is_error and f.data == b"E_INVALID Invalid Message ID"
+    assert await c.closed_by_server()
+
+
+async def test_rdy_out_of_range_is_fatal(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("rdyr", "ch", rdy=0)
+    c.send(b"RDY 2501")
+    f = await c.read()
+    assert f.is_error and f.data == b"E_INVALID RDY count 2501 out of range 0-2500"
+    assert await c.closed_by_server()
