@@ -1,0 +1,70 @@
+"""File life cycle claims of the README: deletion only after a durable meta, hand-over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import MakeQueue
+from helpers_format import read_meta, seg_name, segment_numbers
+
+import aiodiskqueue._store as store_mod
+
+
+async def test_read_segment_is_deleted_only_after_the_meta_moved_past_it(
+    tmp_path: Path, make_queue: MakeQueue
+) -> None:
+    q = await make_queue(tmp_path, max_bytes_per_file=100, sync_every=10_000,
+                         sync_interval=3600)
+    await q.put_many([b"%06d" % i for i in range(30)])  # 10-byte records: 10 per file
+    await q.sync()
+    assert segment_numbers(tmp_path, "q") == [0, 1, 2]
+    for _ in range(15):
+        await q.get()
+    # File 0 is read through, but the meta on disk still points into it.
+    assert read_meta(tmp_path, "q").read_file == 0
+    assert (tmp_path / seg_name("q", 0)).exists()
+    await q.sync()
+    meta = read_meta(tmp_path, "q")
+    assert (meta.read_file, meta.read_pos) == (1, 50)
+    assert segment_numbers(tmp_path, "q") == [1, 2]
+    assert q.statistics().bytes_on_disk == 200
+
+
+async def test_a_reader_that_caught_up_gets_new_records_without_reading_them_back(
+    make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[tuple[int, int]] = []
+    original = store_mod.SegmentStore.read
+
+    def counting_read(self: store_mod.SegmentStore, at: tuple[int, int], budget: int,
+                      res: store_mod.JobResult) -> None:
+        reads.append(at)
+        original(self, at, budget, res)
+
+    monkeypatch.setattr(store_mod.SegmentStore, "read", counting_read)
+    q = await make_queue()
+    for i in range(200):
+        await q.put(b"%03d" % i)
+        assert await q.get() == b"%03d" % i
+    assert reads == []
+
+
+async def test_a_reader_that_fell_behind_reads_from_disk(
+    make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[tuple[int, int]] = []
+    original = store_mod.SegmentStore.read
+
+    def counting_read(self: store_mod.SegmentStore, at: tuple[int, int], budget: int,
+                      res: store_mod.JobResult) -> None:
+        reads.append(at)
+        original(self, at, budget, res)
+
+    monkeypatch.setattr(store_mod.SegmentStore, "read", counting_read)
+    q = await make_queue(read_buffer_bytes=4096)
+    await q.put_many([b"x" * 100 for _ in range(200)])  # 20 KB: more than the buffer
+    got = [await q.get() for _ in range(200)]
+    assert got == [b"x" * 100] * 200
+    assert reads  # the rest came from disk, in read-ahead chunks
+    assert len(reads) < 200
