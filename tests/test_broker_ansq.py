@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from ansq import ConnectionFeatures, ConnectionOptions, open_connection
 from ansq.tcp.connection import NSQConnection
 from ansq.tcp.types import NSQErrorSchema, NSQMessage
+from ansq.typedefs import TCPResponse
 from test_broker_support import TIMEOUT, broker, channel_stats, eventually, make_broker
 
 from aiodiskqueue.broker import BrokerServer
@@ -30,13 +32,17 @@ async def conns() -> AsyncIterator[list[NSQConnection]]:
                 await c.close()
 
 
-async def _open(b: BrokerServer, conns: list[NSQConnection], **features: int) -> NSQConnection:
+async def _open(b: BrokerServer, conns: list[NSQConnection], **features: Any) -> NSQConnection:
     opts = OPTIONS
     if features:
         opts = ConnectionOptions(auto_reconnect=False, features=ConnectionFeatures(**features))
     c = await open_connection("127.0.0.1", b.tcp_port, connection_options=opts)
     conns.append(c)
     return c
+
+
+def _ok(resp: TCPResponse) -> bool:
+    return resp is not None and resp.is_ok
 
 
 async def _next(c: NSQConnection) -> NSQMessage:
@@ -48,8 +54,7 @@ async def _next(c: NSQConnection) -> NSQMessage:
 async def test_identify_negotiates_features(broker: BrokerServer, conns: list[NSQConnection]) -> None:
     c = await _open(broker, conns, msg_timeout=5000)
     assert c.is_connected
-    sub = await c.sub("identify", "ch")
-    assert sub.is_ok
+    assert _ok(await c.sub("identify", "ch"))
     clients = broker.broker.stats("identify", "ch")["topics"][0]["channels"][0]["clients"]
     assert clients[0]["msg_timeout"] == 60_000  # the channel's timeout applies
     assert clients[0]["user_agent"].startswith("ansq/")
@@ -59,8 +64,8 @@ async def test_publish_and_consume(broker: BrokerServer, conns: list[NSQConnecti
     w = await _open(broker, conns)
     r = await _open(broker, conns)
     await r.subscribe("orders", "billing", 10)
-    assert (await w.pub("orders", b"one")).is_ok
-    assert (await w.mpub("orders", b"two", b"three")).is_ok
+    assert _ok(await w.pub("orders", b"one"))
+    assert _ok(await w.mpub("orders", b"two", b"three"))
     got = []
     for _ in range(3):
         m = await _next(r)
@@ -104,7 +109,7 @@ async def test_dpub(broker: BrokerServer, conns: list[NSQConnection]) -> None:
     w = await _open(broker, conns)
     r = await _open(broker, conns)
     await r.subscribe("deferred", "ch", 5)
-    assert (await w.dpub("deferred", b"later", 200)).is_ok
+    assert _ok(await w.dpub("deferred", b"later", 200))
     await w.pub("deferred", b"now")
     first = await _next(r)
     second = await _next(r)
@@ -155,4 +160,4 @@ async def test_bad_topic_is_refused_and_server_keeps_serving(
     assert resp.code == "E_BAD_TOPIC"
     assert resp.body == b'PUB topic name "bad/topic" is not valid'
     w = await _open(broker, conns)
-    assert (await w.pub("fine", b"ok")).is_ok
+    assert _ok(await w.pub("fine", b"ok"))

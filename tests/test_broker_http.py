@@ -146,3 +146,36 @@ async def test_ansq_http_writer(broker: BrokerServer) -> None:
         assert topic["channels"][0]["depth"] == 3
     finally:
         await w.close()
+
+
+async def test_channel_pause_holds_deliveries(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    await _req(http, "POST", "/topic/create?topic=pz")
+    await _req(http, "POST", "/channel/create?topic=pz&channel=ch")
+    assert (await _req(http, "POST", "/channel/pause?topic=pz&channel=ch"))[0] == 200
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("pz", "ch")
+    await _req(http, "POST", "/pub?topic=pz", b"held")
+    # Paused: the message stays queued although the client is ready.
+    await c.pub("other", b"round trip")
+    assert channel_stats(broker, "pz", "ch")["depth"] == 1
+    assert channel_stats(broker, "pz", "ch")["paused"] is True
+    assert (await _req(http, "POST", "/channel/unpause?topic=pz&channel=ch"))[0] == 200
+    m = await c.read()
+    assert m.body == b"held"
+
+
+async def test_topic_pause_keeps_messages_in_topic(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    await _req(http, "POST", "/topic/create?topic=tp")
+    await _req(http, "POST", "/channel/create?topic=tp&channel=ch")
+    await _req(http, "POST", "/topic/pause?topic=tp")
+    await _req(http, "POST", "/pub?topic=tp", b"in topic")
+    assert broker.broker.stats("tp")["topics"][0]["depth"] == 1
+    assert channel_stats(broker, "tp", "ch")["depth"] == 0
+    await _req(http, "POST", "/topic/unpause?topic=tp")
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("tp", "ch")
+    assert (await c.read()).body == b"in topic"

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 
 import pytest
-from test_broker_support import MakeBroker, RawClient, broker, connect, make_broker, raw_clients
+from test_broker_support import (
+    TIMEOUT,
+    MakeBroker,
+    RawClient,
+    broker,
+    channel_stats,
+    connect,
+    eventually,
+    make_broker,
+    raw_clients,
+)
 
 from aiodiskqueue.broker import BrokerServer
 
@@ -283,3 +294,40 @@ async def test_rdy_out_of_range_is_fatal(broker: BrokerServer, raw_clients: list
     f = await c.read()
     assert f.is_error and f.data == b"E_INVALID RDY count 2501 out of range 0-2500"
     assert await c.closed_by_server()
+
+
+async def test_max_attempts_moves_message_to_dead_letters(
+    make_broker: MakeBroker, raw_clients: list[RawClient]
+) -> None:
+    broker = await make_broker(max_attempts=2)
+    p = await connect(broker.tcp_port, raw_clients)
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("poison", "ch")
+    await p.pub("poison", b"bad input")
+    for attempt in (1, 2):
+        m = await c.read()
+        assert (m.body, m.attempts) == (b"bad input", attempt)
+        c.send(b"REQ " + m.msg_id + b" 0")
+    await p.pub("poison", b"good input")
+    m = await c.read()
+    assert m.body == b"good input"  # the poison message is not delivered a third time
+    store = broker.broker.topics["poison"].channels["ch"].store
+    await eventually(lambda: store.stats().dead_lettered == 1)
+    assert channel_stats(broker, "poison", "ch")["dead_letter_count"] == 1
+    dead = await asyncio.wait_for(store.q.dead_letters.get(), TIMEOUT)  # type: ignore[attr-defined]
+    assert dead.endswith(b"bad input")
+
+
+async def test_restart_reopens_topics_and_channels(
+    make_broker: MakeBroker, raw_clients: list[RawClient]
+) -> None:
+    first = await make_broker()
+    c = await connect(first.tcp_port, raw_clients)
+    await c.sub("kept", "ch", rdy=0)
+    for i in range(3):
+        await c.pub("kept", b"%d" % i)
+    await c.pub("only-topic", b"waiting")
+    await first.aclose()
+    second = await make_broker()
+    assert channel_stats(second, "kept", "ch")["depth"] == 3
+    assert second.broker.stats("only-topic")["topics"][0]["depth"] == 1
