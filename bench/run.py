@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
 import importlib.metadata
 import json
 import os
 import platform
+import pstats
 import shutil
 import statistics
 import struct
@@ -86,10 +88,13 @@ class Config:
     peer_box: float
     """Seconds of producing per repetition of a peer (their drains read what was put)."""
     only: set[str]
+    producers: set[int] | None
+    """Run only scenarios with these producer counts (None: all)."""
     systems: set[str] | None
     tmp_base: str
     out: Path
     quick: bool
+    profile: Path | None
 
     def count(self, size: int) -> int:
         """Messages per fast repetition for ``size``-byte messages."""
@@ -188,6 +193,66 @@ def check_order(got: list[bytes], expected: Sequence[Sequence[bytes]]) -> str | 
     return None
 
 
+# --------------------------------------------------------------------------- profiling
+
+
+class PhaseProfile:
+    """cProfile around the timed phases of our rows (the event loop's thread only).
+
+    The I/O thread is not seen by cProfile; use py-spy for it (see bench/README.md).
+    """
+
+    def __init__(self, rows: set[str], path: Path) -> None:
+        self.rows = rows
+        self.path = path
+        self.prof = cProfile.Profile()
+        self.messages = 0
+        self._on = False
+
+    def start(self, row: str) -> None:
+        """Start profiling if ``row`` is one of the profiled workloads."""
+        if row in self.rows:
+            self.prof.enable()
+            self._on = True
+
+    def stop(self, messages: int) -> None:
+        """Stop profiling; count ``messages`` if it was running."""
+        if self._on:
+            self.prof.disable()
+            self._on = False
+            self.messages += messages
+
+    def report(self, top: int = 25) -> str:
+        """Dump the stats to ``path`` and return the top functions by own time per message."""
+        self.prof.dump_stats(str(self.path))
+        st = pstats.Stats(self.prof)
+        raw: dict[Any, Any] = st.stats  # type: ignore[attr-defined]
+        total = sum(v[2] for v in raw.values()) or 1e-9
+        n = max(1, self.messages)
+        head = (f"profile of {', '.join(sorted(self.rows))} on the loop thread: {self.messages} "
+                f"messages, {total * 1e6 / n:.2f} us/msg under cProfile (stats in {self.path})")
+        lines = [head, "  own%   us/msg  calls/msg  function"]
+        for (file, line, fn), (_, ncalls, tottime, _, _) in sorted(
+                raw.items(), key=lambda kv: -kv[1][2])[:top]:
+            where = f"{Path(file).name}:{line}" if line else "built-in"
+            lines.append(f"{100 * tottime / total:6.1f}  {tottime * 1e6 / n:7.3f}  "
+                         f"{ncalls / n:9.3f}  {fn} ({where})")
+        return "\n".join(lines)
+
+
+PROFILE: PhaseProfile | None = None
+
+
+def _prof_start(row: str | None) -> None:
+    if PROFILE is not None and row is not None:
+        PROFILE.start(row)
+
+
+def _prof_stop(messages: int) -> None:
+    if PROFILE is not None:
+        PROFILE.stop(messages)
+
+
 # --------------------------------------------------------------------------- ours
 
 
@@ -253,12 +318,14 @@ async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
     async with DiskQueue(d, "bench", **opts) as q:
         gc.collect()
         deadline = time.perf_counter() + box
+        _prof_start(scenario)
         if scenario == "put_many":
             k, put_secs = await _put_many_ours(q, lists[0], deadline)
             done = [k]
         else:
             done, put_secs = await _put_ours(q, lists, deadline)
         put_count = sum(done)
+        _prof_stop(put_count)
         if scenario == "put" and len(lists) == 1 and done[0] < len(lists[0]):
             # Untimed top-up, so the drain row always reads the full count.
             for i in range(done[0], len(lists[0]), BATCH):
@@ -271,7 +338,9 @@ async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
             return (put_secs, put_count, 0.0, total,
                     f"reopened with qsize {q.qsize()}, expected {total}")
         gc.collect()
+        _prof_start({"put": "drain", "put_many": "get_many"}.get(scenario))
         got, get_secs = await _drain_ours(q, total, batched=scenario == "put_many")
+        _prof_stop(len(got))
         left = q.qsize()
     err = check_order(got, expected)
     if err is None and left:
@@ -457,6 +526,8 @@ def run_size(cfg: Config, size: int, res: Results, log: Callable[[str], None]) -
     for sc in SCENARIOS:
         rows = {r for r in (sc.put_row, sc.get_row) if r is not None}
         if not rows & cfg.only:
+            continue
+        if cfg.producers is not None and sc.producers not in cfg.producers:
             continue
         durable = sc.name == "durable"
         n = min(cfg.count(size), cfg.durable_n) if durable else cfg.count(size)
@@ -788,6 +859,7 @@ def meta_block(cfg: Config, started: float, res: Results, rows: list[dict[str, A
             "messages": cfg.n, "bytes_cap": cfg.bytes_cap, "durable_messages": cfg.durable_n,
             "ours_box_s": cfg.ours_box, "durable_box_s": cfg.durable_box, "peer_box_s": cfg.peer_box,
             "only": sorted(cfg.only),
+            "producers": sorted(cfg.producers) if cfg.producers else "all",
         },
         "skipped": res.skipped,
         "all_verified": all(r["verified"] for r in rows),
@@ -816,12 +888,17 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     ap.add_argument("--reps", type=int, default=None, help="repetitions per row (default 3, quick 2)")
     ap.add_argument("--only", action="append", default=None, choices=WORKLOADS,
                     metavar="WORKLOAD", help=f"run only these workloads (repeatable): {', '.join(WORKLOADS)}")
+    ap.add_argument("--producers", default=None,
+                    help="comma-separated producer counts to run (1, 16, 64; default all)")
     ap.add_argument("--systems", default=None,
                     help="comma-separated: ours, raw, " + ", ".join(c.KEY for c in peers.PEERS))
     ap.add_argument("--messages", type=int, default=None,
                     help="messages per fast repetition (default 100000, quick 10000)")
     ap.add_argument("--tmpdir", default=None, help="where the per-repetition directories go")
     ap.add_argument("--out", default=str(BENCH_DIR / "results" / "latest.json"))
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="cProfile our timed phases of the --only workloads into FILE and "
+                         "print the top costs per message (rates are then slower)")
     a = ap.parse_args(argv)
     quick = bool(a.quick)
     sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
@@ -851,17 +928,22 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         durable_box=0.2 if quick else 0.8,
         peer_box=0.1 if quick else 0.3,
         only=set(a.only) if a.only else set(WORKLOADS),
+        producers={int(p) for p in a.producers.split(",")} if a.producers else None,
         systems=systems,
         tmp_base=choose_tmp_base(a.tmpdir),
         out=Path(a.out),
         quick=quick,
+        profile=Path(a.profile) if a.profile else None,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the table, write the JSON; exit 1 if a check failed."""
+    global PROFILE
     cfg = parse_args(argv)
     started = time.perf_counter()
+    if cfg.profile is not None:
+        PROFILE = PhaseProfile(cfg.only, cfg.profile)
 
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
@@ -897,6 +979,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("peers with several producers: OS threads sharing one queue object; ours: asyncio tasks")
     for note in res.skipped:
         print(f"n/a: {note}")
+    if PROFILE is not None:
+        print("rates above were measured under cProfile")
+        print(PROFILE.report())
     print(f"machine: {meta['machine']['cpus']} cpus, Python {meta['python']}, "
           f"{meta['timestamp']}, {meta['duration_s']} s; JSON: {cfg.out}")
     return 0 if meta["all_verified"] else 1
