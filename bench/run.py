@@ -558,9 +558,13 @@ def _rep_ours(cfg: Config, sc: Scenario, size: int, lists: list[list[bytes]], lo
               res: Results) -> None:
     d = _fresh_dir(cfg)
     box = cfg.durable_box if sc.name == "durable" else cfg.ours_box
+    # A generous limit, so an engine that stops making progress shows as a FAIL row.
+    limit = 60.0 + 20 * box
     try:
         put_s, put_n, get_s, get_n, err = run_in_loop(
-            loop_name, lambda: ours_rep(sc.name, d, lists, box))
+            loop_name, lambda: asyncio.wait_for(ours_rep(sc.name, d, lists, box), limit))
+    except TimeoutError:
+        put_s, put_n, get_s, get_n, err = 0.0, 0, 0.0, 0, f"no progress within {limit:.0f} s"
     except Exception as exc:  # noqa: BLE001  # a failed repetition is a FAIL row, not a crash
         put_s, put_n, get_s, get_n, err = 0.0, 0, 0.0, 0, f"{type(exc).__name__}: {exc}"
     finally:
