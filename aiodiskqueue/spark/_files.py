@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -426,6 +427,47 @@ def remove_staging_dir(path: str) -> None:
         os.rmdir(path)
     except OSError:
         pass
+
+
+def end_mark(where: str) -> str:
+    """The file that says the write job staging into ``where`` has ended."""
+    return where + ".ended"
+
+
+def mark_end(where: str) -> None:
+    """Create the end mark of the job staging into ``where``."""
+    os.makedirs(os.path.dirname(where), exist_ok=True)
+    with open(end_mark(where), "wb"):
+        pass
+
+
+STALE_SECONDS = 24 * 3600
+
+
+def sweep_staging(layout: Layout, now: float | None = None) -> None:
+    """Remove end marks, and staging directories left by crashed drivers, older than a day."""
+    parent = os.path.join(layout.directory, STAGING_PREFIX, layout.name)
+    try:
+        entries = os.listdir(parent)
+    except FileNotFoundError:
+        return
+    limit = (time.time() if now is None else now) - STALE_SECONDS
+    for entry in entries:
+        path = os.path.join(parent, entry)
+        try:
+            if os.stat(path).st_mtime >= limit:
+                continue
+            if os.path.isdir(path):
+                remove_staging_dir(path)
+            else:
+                os.remove(path)
+        except FileNotFoundError:
+            pass
+    for path in (parent, os.path.dirname(parent)):
+        try:
+            os.rmdir(path)  # only when empty: another job may be staging beside us
+        except OSError:
+            break
 
 
 def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,

@@ -37,7 +37,17 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from .._layout import Layout
 from ..errors import MessageSizeError
 from . import _nsq
-from ._files import StagedFile, StagedWriter, link, remove_staged, remove_staging_dir, staging_dir
+from ._files import (
+    StagedFile,
+    StagedWriter,
+    end_mark,
+    link,
+    mark_end,
+    remove_staged,
+    remove_staging_dir,
+    staging_dir,
+    sweep_staging,
+)
 from ._options import OptionError, SourceOptions, require_single_name
 
 
@@ -103,14 +113,22 @@ def write_task(options: SourceOptions, job: str, column: str,
                batches: Iterator[pa.RecordBatch]) -> StagedMessage:
     """Stage one task's rows; remove what it staged if anything fails."""
     layout = Layout(options.path, require_single_name(options))
-    writer = StagedWriter(staging_dir(layout, job), options.max_bytes_per_file)
+    where = staging_dir(layout, job)
+    writer = StagedWriter(where, options.max_bytes_per_file)
     try:
         for batch in batches:
             writer.write(_payloads(batch, column, options))
-        return StagedMessage(tuple(writer.close()))
+        files = writer.close()
     except BaseException:
         writer.discard()
         raise
+    if os.path.exists(end_mark(where)):
+        # The job already ended without this attempt (it failed, or a speculative twin
+        # won): the driver may have swept the directory before these files existed.
+        remove_staged(files)
+        remove_staging_dir(where)
+        return StagedMessage(())
+    return StagedMessage(tuple(files))
 
 
 def _files(messages: list[WriterCommitMessage | None]) -> list[StagedFile]:
@@ -127,16 +145,18 @@ class _Base:
         self.layout = Layout(options.path, self.name)
         self.job = uuid.uuid4().hex
 
-    def _cleanup(self, messages: list[WriterCommitMessage | None]) -> None:
+    def _cleanup(self, messages: list[WriterCommitMessage | None], final: bool) -> None:
+        where = staging_dir(self.layout, self.job)
+        if final:
+            # Spark calls abort while tasks of the failed job may still run and finish.
+            # The mark makes them remove their own files: either they see it, or they
+            # wrote their files before it existed and the removal below gets them.
+            # (After a successful commit only speculative twins can be late; what they
+            # leave is swept a day later by sweep_staging.)
+            mark_end(where)
         remove_staged(_files(messages))
-        # Files of failed or speculative task attempts that sent no message.
-        remove_staging_dir(staging_dir(self.layout, self.job))
-        parent = os.path.dirname(staging_dir(self.layout, self.job))
-        for path in (parent, os.path.dirname(parent)):
-            try:
-                os.rmdir(path)  # only when empty: another job may be staging beside us
-            except OSError:
-                break
+        remove_staging_dir(where)
+        sweep_staging(self.layout)
 
 
 class DiskQueueWriter(_Base, DataSourceArrowWriter):
@@ -152,11 +172,11 @@ class DiskQueueWriter(_Base, DataSourceArrowWriter):
             link(self.layout, _files(messages), self.options.min_msg_size,
                  self.options.max_msg_size)
         finally:
-            self._cleanup(messages)
+            self._cleanup(messages, final=False)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Remove the staged files; the queue is untouched."""
-        self._cleanup(messages)
+        self._cleanup(messages, final=True)
 
 
 class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
@@ -176,8 +196,9 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
             link(self.layout, _files(messages), self.options.min_msg_size,
                  self.options.max_msg_size, (self.writer_id, batchId))
         finally:
-            self._cleanup(messages)
+            # The staging directory is the query's, shared by its next batches: no end mark.
+            self._cleanup(messages, final=False)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Remove the batch's staged files."""
-        self._cleanup(messages)
+        """Remove the batch's staged files (the query stops after an abort)."""
+        self._cleanup(messages, final=True)
