@@ -298,6 +298,9 @@ class AckQueue:
         read_buffer_bytes: int = 4 * 2**20,
         write_buffer_bytes: int = 16 * 2**20,
     ) -> None:
+        self._name = name
+        self._directory = os.fspath(directory)
+        self._state = _QState.NEW
         self._msg_timeout = _number("msg_timeout", msg_timeout, positive=True)
         self._max_msg_timeout = _number("max_msg_timeout", max_msg_timeout, positive=True)
         if self._max_msg_timeout < self._msg_timeout:
@@ -322,8 +325,6 @@ class AckQueue:
                              f"got {max_msg_size}")
         self._min_size = max(opts.min_msg_size, NSQ_MIN_SIZE) if self._nsq else opts.min_msg_size
         self._max_size = opts.max_msg_size
-        self._directory = os.fspath(directory)
-        self._name = name
         common: dict[str, Any] = {"max_bytes_per_file": max_bytes_per_file,
                                       "min_msg_size": self._min_size, "max_msg_size": max_msg_size,
                                       "read_buffer_bytes": read_buffer_bytes,
@@ -335,7 +336,6 @@ class AckQueue:
             self._dead_q = DiskQueue(directory, name + ".dead", sync_every=sync_every,
                                      sync_interval=sync_interval, **common)
         self._clock_arg = clock
-        self._state = _QState.NEW
         self._ids = IdGenerator()
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None

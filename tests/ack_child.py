@@ -1,0 +1,60 @@
+"""Child process for the AckQueue kill tests; killed with SIGKILL at random points.
+
+``consume DIR SYNC_EVERY SEED``: four consumer tasks; each prints ``B idx`` just
+before ``finish()`` and ``F idx`` once it returned, or ``R idx`` before a requeue.
+``defer DIR N``: puts deferred messages, printing ``P idx t delay`` (t: wall
+clock ns before the call) once ``put()`` returned.
+Both print ``READY`` once the queue is open. One line per write, flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+
+from aiodiskqueue import AckQueue
+
+
+def out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def consume(directory: str, sync_every: int, seed: int) -> None:
+    rng = random.Random(seed)
+    async with AckQueue(directory, "jobs", sync_every=sync_every, msg_timeout=60.0,
+                        max_in_flight=8) as q:
+        out("READY")
+
+        async def worker() -> None:
+            async for msg in q:
+                idx = msg.body.decode()
+                if rng.random() < 0.1:
+                    out(f"R {idx}")
+                    await msg.requeue()
+                    continue
+                out(f"B {idx}")
+                await msg.finish()
+                out(f"F {idx}")
+
+        await asyncio.gather(*(worker() for _ in range(4)))
+
+
+async def defer(directory: str, n: int) -> None:
+    async with AckQueue(directory, "jobs") as q:
+        out("READY")
+        for i in range(n):
+            delay = 100.0 + i % 50
+            t = time.time_ns()
+            await q.put(b"%d" % i, delay=delay)
+            out(f"P {i} {t} {delay}")
+
+
+if __name__ == "__main__":
+    mode, directory, *rest = sys.argv[1:]
+    if mode == "consume":
+        asyncio.run(consume(directory, int(rest[0]), int(rest[1])))
+    else:
+        asyncio.run(defer(directory, int(rest[0])))

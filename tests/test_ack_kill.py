@@ -1,0 +1,130 @@
+"""AckQueue across SIGKILL of a real process: nothing put is lost, due times are kept.
+
+The child (``ack_child.py``) prints as it goes; the test reads its output while
+it runs (so the pipe never blocks it), kills it at a random point, reopens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiodiskqueue import AckQueue, DiskQueue
+from aiodiskqueue._ack_clock import ManualClock
+
+CHILD = Path(__file__).with_name("ack_child.py")
+
+
+async def run_and_kill(tmp_path: Path, after: float, *args: str) -> list[list[str]]:
+    """Run the child, SIGKILL it ``after`` seconds past its READY line, return all its lines.
+
+    Its output is read all the while, so a full pipe never stops it; the kill
+    lands wherever the child happens to be (a line count would not do: the child
+    runs ahead of the reader by a pipe's worth of lines).
+    """
+    with (tmp_path / "stderr.txt").open("ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(CHILD), *args, stdout=asyncio.subprocess.PIPE, stderr=err)
+    assert proc.stdout is not None
+    loop = asyncio.get_running_loop()
+    lines: list[list[str]] = []
+    killed = False
+    try:
+        first = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert first == b"READY\n", (tmp_path / "stderr.txt").read_text()
+        kill_at = loop.time() + after
+        while (left := kill_at - loop.time()) > 0:
+            try:
+                raw = await asyncio.wait_for(proc.stdout.readline(), left)
+            except TimeoutError:
+                break
+            assert raw, (tmp_path / "stderr.txt").read_text()
+            lines.append(raw.decode().split())
+        proc.kill()
+        killed = True
+        rest = await asyncio.wait_for(proc.stdout.read(), 60)  # already in the pipe
+        lines += [ln.split() for ln in rest.decode().splitlines() if ln.strip()]
+    finally:
+        # Kill once only: a second kill() polls, and a poll that reaps the child
+        # before asyncio's watcher does makes wait() report 255.
+        if not killed and proc.returncode is None:
+            proc.kill()
+        rc = await proc.wait()
+    assert rc == -signal.SIGKILL, (tmp_path / "stderr.txt").read_text()
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sync_every", "rounds", "n"), [(2500, 8, 30_000), (1, 6, 3000)],
+                         ids=["default-sync", "sync_every=1"])
+async def test_consumer_killed_loses_nothing(tmp_path: Path, sync_every: int, rounds: int,
+                                             n: int) -> None:
+    async with DiskQueue(tmp_path, "jobs") as dq:  # raw format: the body is the payload
+        await dq.put_many([b"%d" % i for i in range(n)])
+    rng = random.Random(sync_every)
+    printed: set[int] = set()  # printed just before finish()
+    finished_at: dict[int, int] = {}  # finish() returned, in round r
+    seen_after: list[tuple[int, int]] = []  # (round, idx) of every delivery
+    for r in range(rounds):
+        lines = await run_and_kill(tmp_path, rng.choice([0.0, rng.uniform(0, 0.4)]), "consume", str(tmp_path), str(sync_every),
+                                   str(r))
+        for kind, idx in lines:
+            if kind in ("B", "R"):
+                seen_after.append((r, int(idx)))
+            if kind == "B":
+                printed.add(int(idx))
+            elif kind == "F":
+                finished_at.setdefault(int(idx), r)
+    assert printed, "the child finished nothing"
+    assert len(printed) < n, "the child ran dry: nothing left to kill it in the middle of"
+    drained: list[int] = []
+    async with AckQueue(tmp_path, "jobs", msg_timeout=60.0) as q:
+        while not q.empty():
+            m = await asyncio.wait_for(q.get(), 30)
+            assert m.attempts >= 1
+            drained.append(int(m.body))
+            await m.finish()
+        assert q.statistics().in_flight == 0
+    assert printed | set(drained) == set(range(n)), "a message was lost"
+    assert len(drained) == len(set(drained))
+    if sync_every == 1:
+        # finish() returned means durable: never delivered again, in a later round or now.
+        for r, idx in seen_after:
+            assert not (idx in finished_at and finished_at[idx] < r), (idx, r)
+        assert not set(drained) & set(finished_at)
+
+
+@pytest.mark.slow
+async def test_deferred_messages_keep_due_time_across_kill(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    put: dict[int, int] = {}  # idx -> earliest allowed delivery, wall ns
+    for r in range(3):
+        lines = await run_and_kill(tmp_path, rng.uniform(0, 0.3), "defer", str(tmp_path),
+                                   "100000")
+        for _, idx, t, delay in lines:
+            # Each round puts 0, 1, 2, ... again: key by round too.
+            put[int(idx) + r * 100_000] = int(t) + int(float(delay) * 1e9)
+    assert put
+    clock = ManualClock(start=0.0, wall_ns=min(put.values()) - 10**9)
+    got: dict[int, int] = {}
+    async with AckQueue(tmp_path, "jobs", clock=clock, msg_timeout=1e6,
+                        max_msg_timeout=1e6) as q:
+        start_deferred = q.statistics().deferred
+        assert start_deferred >= len(put)
+        while q.statistics().deferred or q.qsize():
+            while q.qsize():
+                m = await asyncio.wait_for(q.get(), 30)
+                got.setdefault(int(m.body), 0)
+                got[int(m.body)] += 1
+                # Never early: the due time is at least the put's start plus its delay.
+                # (A put that landed but was not acknowledged has no bound.)
+                lower = [due for key, due in put.items() if key % 100_000 == int(m.body)]
+                assert clock.time_ns() >= min(lower, default=0), (m.body, lower)
+                await m.finish()
+            clock.advance(1.0)
+    assert {k % 100_000 for k in put} <= set(got)
