@@ -1,0 +1,322 @@
+"""End-to-end messages/s through the NSQ-protocol broker, against the queue library alone.
+
+Every row moves the same workload: ``--messages`` bodies of ``--size`` bytes
+from ``--publishers`` concurrent producers to ``--consumers`` concurrent
+consumers that finish each message; the clock runs from the first publish to
+the last message received (and FIN sent). Rows:
+
+``library``          the same producers and consumers as asyncio tasks on an
+                     in-process :class:`~aiodiskqueue.AckQueue` (nsq format):
+                     ``await put()``, ``await get()`` + ``await finish()``.
+                     The anchor: what the broker adds is the network and the
+                     protocol.
+``broker raw``       the broker as a child process; minimal protocol V2
+                     clients over loopback: each publisher awaits ``OK``
+                     before the next ``PUB`` (as ansq and pynsq do), each
+                     consumer has ``RDY --rdy`` and sends ``FIN`` at once.
+``broker raw x64``   the same, publishers keep 64 ``PUB`` in flight.
+``broker ansq``      ansq (PyPI) publishers and consumers.
+``broker ansq mpub`` ansq publishers sending ``MPUB`` of 100.
+
+    python bench/bench_broker.py --messages 20000 --publishers 4 --consumers 4
+
+The broker and the clients share the machine's cores: the figures are
+end-to-end system throughput on one host, not the broker's ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import ClientSession
+
+from aiodiskqueue import AckQueue
+
+Row = tuple[str, float, float]  # name, seconds, messages/s
+
+
+# ---------------------------------------------------------------------- library anchor
+
+async def run_library(n: int, size: int, pubs: int, cons: int, sync_every: int) -> float:
+    """Producers and consumers as tasks on one AckQueue; return seconds."""
+    body = b"x" * size
+    with tempfile.TemporaryDirectory() as d:
+        async with AckQueue(d, "t:c", format="nsq", max_in_flight=1 << 30,
+                            sync_every=sync_every) as q:
+            done = asyncio.Event()
+            received = 0
+
+            async def produce(k: int) -> None:
+                for _ in range(k):
+                    await q.put(body)
+
+            async def consume() -> None:
+                nonlocal received
+                while received < n:
+                    m = await q.get()
+                    received += 1
+                    await m.finish()
+                    if received >= n:
+                        done.set()
+
+            t0 = time.perf_counter()
+            consumers = [asyncio.ensure_future(consume()) for _ in range(cons)]
+            await asyncio.gather(*(produce(k) for k in _split(n, pubs)))
+            await done.wait()
+            elapsed = time.perf_counter() - t0
+            for c in consumers:
+                c.cancel()
+            await asyncio.gather(*consumers, return_exceptions=True)
+            return elapsed
+
+
+def _split(n: int, parts: int) -> list[int]:
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+# ---------------------------------------------------------------------- broker process
+
+class BrokerProcess:
+    """``python -m aiodiskqueue.broker`` on ephemeral ports in a temporary directory."""
+
+    def __init__(self, sync_every: int) -> None:
+        self.dir = tempfile.TemporaryDirectory()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aiodiskqueue.broker", "--data-dir", self.dir.name,
+             "--tcp-port", "0", "--http-port", "0", "--sync-every", str(sync_every)],
+            stdout=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("LISTENING"):
+            self.close()
+            raise RuntimeError(f"broker did not start: {line!r}")
+        fields = dict(kv.split("=") for kv in line.split()[1:])
+        self.tcp, self.http = int(fields["tcp"]), int(fields["http"])
+
+    async def finished(self, topic: str) -> int:
+        url = f"http://127.0.0.1:{self.http}/stats?format=json&topic={topic}"
+        async with ClientSession() as s, s.get(url) as r:
+            data = await r.json()
+        return sum(c["finish_count"] for t in data["topics"] for c in t["channels"])
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.dir.cleanup()
+
+
+# ---------------------------------------------------------------------- raw protocol clients
+
+async def _raw_connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(b"  V2")
+    return r, w
+
+
+async def _read_frame(r: asyncio.StreamReader) -> tuple[int, bytes]:
+    size, ftype = struct.unpack(">ii", await r.readexactly(8))
+    return ftype, await r.readexactly(size - 4)
+
+
+async def raw_publisher(port: int, topic: str, k: int, body: bytes, window: int) -> None:
+    """Publish ``k`` messages keeping up to ``window`` PUBs unanswered."""
+    r, w = await _raw_connect(port)
+    cmd = b"PUB " + topic.encode() + b"\n" + struct.pack(">i", len(body)) + body
+    outstanding = 0
+    sent = 0
+    while sent < k or outstanding:
+        while sent < k and outstanding < window:
+            w.write(cmd)
+            sent += 1
+            outstanding += 1
+        ftype, data = await _read_frame(r)
+        if ftype == 0 and data == b"_heartbeat_":
+            w.write(b"NOP\n")
+            continue
+        if data != b"OK":
+            raise RuntimeError(f"PUB failed: {data!r}")
+        outstanding -= 1
+    w.close()
+
+
+async def raw_consumer(port: int, topic: str, rdy: int, counter: list[int], n: int,
+                       done: asyncio.Event) -> None:
+    """Consume and FIN until ``counter[0]`` reaches ``n``."""
+    r, w = await _raw_connect(port)
+    w.write(f"SUB {topic} ch\nRDY {rdy}\n".encode())
+    ftype, data = await _read_frame(r)
+    assert data == b"OK", data
+    try:
+        while counter[0] < n:
+            ftype, data = await _read_frame(r)
+            if ftype == 2:
+                w.write(b"FIN " + data[10:26] + b"\n")
+                counter[0] += 1
+                if counter[0] >= n:
+                    done.set()
+            elif data == b"_heartbeat_":
+                w.write(b"NOP\n")
+    finally:
+        w.close()
+
+
+# ---------------------------------------------------------------------- ansq clients
+
+async def ansq_publisher(port: int, topic: str, k: int, body: bytes, batch: int) -> None:
+    """Publish ``k`` messages with ansq, one PUB (or one MPUB of ``batch``) at a time."""
+    from ansq import ConnectionOptions, open_connection
+
+    c = await open_connection("127.0.0.1", port,
+                              connection_options=ConnectionOptions(auto_reconnect=False))
+    try:
+        left = k
+        while left:
+            m = min(batch, left)
+            resp = await (c.pub(topic, body) if m == 1 else c.mpub(topic, *([body] * m)))
+            if resp is None or not resp.is_ok:
+                raise RuntimeError(f"publish failed: {resp!r}")
+            left -= m
+    finally:
+        await c.close()
+
+
+async def ansq_consumer(port: int, topic: str, rdy: int, counter: list[int], n: int,
+                        done: asyncio.Event) -> None:
+    """Consume and FIN with ansq until ``counter[0]`` reaches ``n``."""
+    from ansq import ConnectionOptions, open_connection
+
+    c = await open_connection("127.0.0.1", port,
+                              connection_options=ConnectionOptions(auto_reconnect=False))
+    try:
+        await c.subscribe(topic, "ch", rdy)
+        while counter[0] < n:
+            m = await c.wait_for_message()
+            if m is None:
+                return
+            await m.fin()
+            counter[0] += 1
+            if counter[0] >= n:
+                done.set()
+    finally:
+        await c.close()
+
+
+# ---------------------------------------------------------------------- driver
+
+Publisher = Callable[[int, str, int, bytes], Awaitable[None]]
+Consumer = Callable[[int, str, int, list[int], int, asyncio.Event], Awaitable[None]]
+
+
+async def run_broker(broker: BrokerProcess, topic: str, n: int, size: int, pubs: int,
+                     cons: int, rdy: int, publisher: Publisher, consumer: Consumer) -> float:
+    """One end-to-end run through the broker; returns seconds (FINs checked after)."""
+    body = b"x" * size
+    counter = [0]
+    done = asyncio.Event()
+    consumers = [asyncio.ensure_future(consumer(broker.tcp, topic, rdy, counter, n, done))
+                 for _ in range(cons)]
+    # Let the subscriptions land first so publishing goes straight to the channel.
+    while await _clients(broker, topic) < cons:
+        failed = [c for c in consumers if c.done()]
+        if failed:
+            failed[0].result()
+            raise RuntimeError("a consumer ended before subscribing")
+        await asyncio.sleep(0.01)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(publisher(broker.tcp, topic, k, body) for k in _split(n, pubs)))
+    await asyncio.wait_for(done.wait(), 600)
+    elapsed = time.perf_counter() - t0
+    for c in consumers:
+        c.cancel()
+    await asyncio.gather(*consumers, return_exceptions=True)
+    for _ in range(1000):
+        if await broker.finished(topic) >= n:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise RuntimeError("not every message was finished")
+    return elapsed
+
+
+async def _clients(broker: BrokerProcess, topic: str) -> int:
+    url = f"http://127.0.0.1:{broker.http}/stats?format=json&topic={topic}"
+    async with ClientSession() as s, s.get(url) as r:
+        data = await r.json()
+    return sum(c["client_count"] for t in data["topics"] for c in t["channels"])
+
+
+async def main_async(args: argparse.Namespace) -> list[Row]:
+    n, size, pubs, cons, rdy = args.messages, args.size, args.publishers, args.consumers, args.rdy
+    rows: list[Row] = []
+
+    def add(name: str, secs: float) -> None:
+        rows.append((name, secs, n / secs))
+        print(f"{name:22} {n:8d} msgs {secs:8.2f} s {n / secs:10.0f} msg/s", file=sys.stderr)
+
+    add("library", await run_library(n, size, pubs, cons, args.sync_every))
+    broker = BrokerProcess(args.sync_every)
+    try:
+        variants: list[tuple[str, Publisher, Consumer]] = [
+            ("broker raw", lambda p, t, k, b: raw_publisher(p, t, k, b, 1), raw_consumer),
+            ("broker raw x64", lambda p, t, k, b: raw_publisher(p, t, k, b, 64), raw_consumer),
+            ("broker ansq", lambda p, t, k, b: ansq_publisher(p, t, k, b, 1), ansq_consumer),
+            ("broker ansq mpub", lambda p, t, k, b: ansq_publisher(p, t, k, b, 100), ansq_consumer),
+        ]
+        for i, (name, pub, con) in enumerate(variants):
+            add(name, await run_broker(broker, f"bench{i}", n, size, pubs, cons, rdy, pub, con))
+    finally:
+        broker.close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point; prints a table (or JSON with ``--json``)."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--publishers", type=int, default=4)
+    p.add_argument("--consumers", type=int, default=4)
+    p.add_argument("--rdy", type=int, default=100)
+    p.add_argument("--sync-every", type=int, default=2500)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    rows = asyncio.run(main_async(args))
+    anchor = rows[0][2]
+    if args.json:
+        print(json.dumps([{"row": r, "seconds": s, "msgs_per_s": m, "vs_library": m / anchor}
+                          for r, s, m in rows]))
+    else:
+        print(f"\n{n_desc(args)}")
+        print(f"{'row':22} {'msg/s':>10} {'vs library':>11}")
+        for r, _s, m in rows:
+            print(f"{r:22} {m:10.0f} {m / anchor:10.2f}x")
+    return 0
+
+
+def n_desc(args: argparse.Namespace) -> str:
+    """One line describing the workload."""
+    return (f"{args.messages} messages of {args.size} B, {args.publishers} publishers, "
+            f"{args.consumers} consumers (RDY {args.rdy}), sync_every={args.sync_every}, "
+            f"pid {os.getpid()}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
