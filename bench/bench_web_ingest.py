@@ -1,7 +1,8 @@
-"""Web ingest benchmark: requests/s and latency of examples/web_ingest.py, default sync vs sync_every=1.
+"""Web ingest benchmark: requests/s and latency of examples/web_ingest.py, vs an in-memory queue.
 
-Starts the aiohttp ingest service as a child process twice (``sync_every=2500``
-and ``sync_every=1``), loads each with ``--requests`` POSTs of ``--size`` bytes
+Starts the aiohttp ingest service as a child process three times (an
+in-memory asyncio.Queue as the anchor, ``sync_every=2500``, ``sync_every=1``),
+loads each with ``--requests`` POSTs of ``--size`` bytes
 from ``--concurrency`` clients over loopback (after a short warm-up), waits
 for the worker to drain, and prints requests/s, p50 and p99. A POST is
 answered 202 only after ``await q.put(body)`` returned.

@@ -13,8 +13,9 @@ Three modes:
            over loopback against a running service; prints requests/s and
            latency percentiles, then stops.
 
-``bench``  start the service as a subprocess with the default sync policy
-           and with ``sync_every=1``, load each, print both results.
+``bench``  start the service as a subprocess with an in-memory asyncio.Queue
+           (the anchor: nothing stored), with the default sync policy and
+           with ``sync_every=1``; load each, print the three results.
 
     python examples/web_ingest.py serve --data-dir /tmp/ingest --port 8080
     python examples/web_ingest.py load --url http://127.0.0.1:8080/ingest -n 20000 -c 64
@@ -34,6 +35,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import ClientSession, TCPConnector, web
 
@@ -41,7 +43,25 @@ from aiodiskqueue import DiskQueue, QueueClosed
 
 # ---------------------------------------------------------------------- service
 
-def make_app(queue: DiskQueue) -> web.Application:
+class IngestQueue(Protocol):
+    """What the service needs from its queue (a DiskQueue, or the in-memory anchor)."""
+
+    async def put(self, item: bytes) -> None: ...
+    def qsize(self) -> int: ...
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+
+class MemoryQueue(asyncio.Queue[bytes]):
+    """The anchor: an asyncio.Queue, nothing stored; a crash loses every accepted request."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self.get()
+
+
+def make_app(queue: IngestQueue) -> web.Application:
     """The ingest application over an open ``queue``; its worker starts with the app."""
     counts = {"accepted": 0, "processed": 0}
 
@@ -80,13 +100,17 @@ def make_app(queue: DiskQueue) -> web.Application:
     return app
 
 
-async def serve(data_dir: str, host: str, port: int, sync_every: int) -> None:
-    """Serve until SIGINT/SIGTERM; print ``LISTENING <port>`` once ready."""
+async def serve(data_dir: str, host: str, port: int, sync_every: int, memory: bool = False) -> None:
+    """Serve until SIGINT/SIGTERM; print ``LISTENING <port>`` once ready.
+
+    ``memory=True`` uses an asyncio.Queue instead (the benchmark's anchor).
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with DiskQueue(data_dir, "ingest", sync_every=sync_every) as queue:
+
+    async def run(queue: IngestQueue) -> None:
         runner = web.AppRunner(make_app(queue), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
@@ -96,6 +120,12 @@ async def serve(data_dir: str, host: str, port: int, sync_every: int) -> None:
         print(f"LISTENING {real_port}", flush=True)
         await stop.wait()
         await runner.cleanup()
+
+    if memory:
+        await run(MemoryQueue())
+        return
+    async with DiskQueue(data_dir, "ingest", sync_every=sync_every) as queue:
+        await run(queue)
 
 
 # ---------------------------------------------------------------------- load
@@ -153,9 +183,11 @@ async def load(url: str, total: int, concurrency: int, size: int) -> LoadResult:
 # ---------------------------------------------------------------------- bench
 
 def _start_service(data_dir: str, sync_every: int) -> tuple[subprocess.Popen[str], int]:
+    """sync_every=0 starts the in-memory anchor."""
+    mode = ["--memory"] if sync_every == 0 else ["--sync-every", str(sync_every)]
     proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "serve", "--data-dir", data_dir,
-         "--port", "0", "--sync-every", str(sync_every)],
+         "--port", "0", *mode],
         stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -178,9 +210,10 @@ async def _wait_drained(port: int, expected: int, timeout: float = 60.0) -> dict
 
 
 async def bench(total: int, concurrency: int, size: int) -> list[tuple[str, LoadResult]]:
-    """Load the service with the default sync policy and with ``sync_every=1``."""
+    """Load the in-memory anchor, then the service with the default sync policy and ``sync_every=1``."""
     out: list[tuple[str, LoadResult]] = []
-    for label, sync_every in (("default (sync_every=2500)", 2500), ("sync_every=1", 1)):
+    for label, sync_every in (("asyncio.Queue (no disk)", 0), ("default (sync_every=2500)", 2500),
+                              ("sync_every=1", 1)):
         with tempfile.TemporaryDirectory() as d:
             proc, port = _start_service(d, sync_every)
             try:
@@ -210,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)
     s.add_argument("--sync-every", type=int, default=2500)
+    s.add_argument("--memory", action="store_true", help="asyncio.Queue instead (no persistence)")
     for name in ("load", "bench"):
         lp = sub.add_parser(name)
         if name == "load":
@@ -220,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         lp.add_argument("--json", action="store_true", help="print results as JSON")
     args = p.parse_args(argv)
     if args.mode == "serve":
-        asyncio.run(serve(args.data_dir, args.host, args.port, args.sync_every))
+        asyncio.run(serve(args.data_dir, args.host, args.port, args.sync_every, args.memory))
         return 0
     if args.mode == "load":
         results = [("load", asyncio.run(load(args.url, args.requests, args.concurrency, args.size)))]
