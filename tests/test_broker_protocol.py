@@ -17,6 +17,7 @@ from aiodiskqueue.broker._protocol import (
     check_message_id,
     decode_name,
     frame,
+    is_valid_channel_name,
     is_valid_name,
     message_frame,
     negotiate,
@@ -76,6 +77,16 @@ def test_message_frame_clamps_attempts_to_uint16() -> None:
 )
 def test_name_validation(name: str, ok: bool) -> None:
     assert is_valid_name(name) is ok
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("workers", True), ("x.dead", False), ("x.dead#ephemeral", False), ("dead", True),
+     ("x.deadline", True)],
+)
+def test_channel_names_reserve_dead_letter_suffix(name: str, ok: bool) -> None:
+    assert is_valid_channel_name(name) is ok
+    assert is_valid_name(name)
 
 
 def test_decode_name_rejects_non_ascii_bytes() -> None:

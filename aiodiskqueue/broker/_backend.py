@@ -180,8 +180,12 @@ class AckStore:
         await self.q.aclose()
 
 
-async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerOptions) -> Store:
+async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerOptions, *,
+                     dead_letters: bool = True) -> Store:
     """Open (creating) the store ``name`` in ``directory``: an AckQueue with ``format="nsq"``.
+
+    With ``dead_letters`` the broker's ``max_attempts`` applies (dead letters
+    go to ``NAME.dead``); without, attempts are unlimited.
 
     Raises QueueLocked if another process has it open, DiskQueueError on I/O errors.
     """
@@ -191,7 +195,7 @@ async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerO
         max_msg_timeout=opts.max_msg_timeout,
         max_delay=opts.max_req_timeout,
         max_in_flight=_UNBOUNDED_IN_FLIGHT,
-        max_attempts=opts.max_attempts,
+        max_attempts=opts.max_attempts if dead_letters else 0,
         format="nsq",
         max_msg_size=opts.max_msg_size + _NSQ_HEADER,
         max_bytes_per_file=opts.max_bytes_per_file,

@@ -13,7 +13,7 @@ from typing import Any
 from .._layout import fsync_dir
 from ._backend import open_store
 from ._options import BrokerOptions
-from ._protocol import VERSION, is_valid_name
+from ._protocol import VERSION, is_valid_channel_name, is_valid_name
 from ._topic import Channel, Topic
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class Broker:
             topic.paused = bool(t.get("paused", False))
             for c in t.get("channels", []):
                 cname = c.get("name", "")
-                if not isinstance(cname, str) or not is_valid_name(cname):
+                if not isinstance(cname, str) or not is_valid_channel_name(cname):
                     log.warning("ignoring bad channel name %r in %s", cname, META_FILE)
                     continue
                 ch = await self.get_channel(topic, cname, persist=False)
@@ -86,7 +86,9 @@ class Broker:
         async with self._lock:
             topic = self.topics.get(name)
             if topic is None:
-                store = await open_store(self.data_dir, name, self.options)
+                # The topic's own queue never dead-letters: its pump takes each
+                # message once to copy it into the channels.
+                store = await open_store(self.data_dir, name, self.options, dead_letters=False)
                 topic = Topic(name, store)
                 self.topics[name] = topic
                 if persist:

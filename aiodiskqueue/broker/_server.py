@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import DiskQueueError
-from ._backend import PER_DELIVERY_TIMEOUT, Delivery, StoreError
+from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
 from ._protocol import (
     CLOSE_WAIT,
@@ -193,7 +193,7 @@ class Connection:
         pending = list(self.in_flight.values())
         self.in_flight.clear()
         for d in pending:
-            with contextlib.suppress(StoreError, DiskQueueError):
+            with contextlib.suppress(DiskQueueError):
                 await d.requeue(0.0)
         self._flush()
         self._closed = True
@@ -257,7 +257,7 @@ class Connection:
         tname = decode_name(params[1])
         if tname is None:
             raise ClientError("E_BAD_TOPIC", f"SUB topic name {_show(params[1])} is not valid")
-        cname = decode_name(params[2])
+        cname = decode_name(params[2], channel=True)
         if cname is None:
             raise ClientError("E_BAD_CHANNEL", f"SUB channel name {_show(params[2])} is not valid")
         topic = await self.broker.get_topic(tname)
@@ -306,7 +306,7 @@ class Connection:
         self.wake()
         try:
             await d.finish()
-        except StoreError as exc:
+        except DiskQueueError as exc:  # MessageNotInFlight, or the queue is closing
             raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}", fatal=False) from None
         self.finish_count += 1
         return None
@@ -323,7 +323,7 @@ class Connection:
         self.wake()
         try:
             await d.requeue(ms / 1000)
-        except StoreError as exc:
+        except DiskQueueError as exc:
             raise ClientError("E_REQ_FAILED", f"REQ {_show(d.id)} failed {exc}", fatal=False) from None
         self.requeue_count += 1
         return None
@@ -332,7 +332,7 @@ class Connection:
         d = self._settle_params(params, "TOUCH", 2)
         try:
             await d.touch()
-        except StoreError as exc:
+        except DiskQueueError as exc:
             self.in_flight.pop(d.id, None)
             self.wake()
             raise ClientError("E_TOUCH_FAILED", f"TOUCH {_show(d.id)} failed {exc}", fatal=False) from None

@@ -7,7 +7,8 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
-from ._backend import Store, StoreError
+from ..errors import DiskQueueError
+from ._backend import Store
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,12 @@ class Topic:
                 await t
 
     async def _run_pump(self) -> None:
+        try:
+            await self._pump_backlog()
+        except DiskQueueError as exc:  # a store closed under us (shutdown) or an I/O error
+            log.error("topic %s: moving queued messages to channels stopped: %s", self.name, exc)
+
+    async def _pump_backlog(self) -> None:
         while self.channels:
             d = await self.backlog.get()
             try:
@@ -151,7 +158,9 @@ class Topic:
                     return
                 await asyncio.gather(*(c.store.put(d.body) for c in chans))
             except BaseException:
-                with contextlib.suppress(StoreError, Exception):
+                # Give it back now rather than at its deadline; if even that fails
+                # the store redelivers it after msg_timeout or a restart.
+                with contextlib.suppress(DiskQueueError):
                     await asyncio.shield(d.requeue(0.0))
                 raise
             await d.finish()
