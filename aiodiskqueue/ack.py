@@ -112,6 +112,9 @@ class AckStatistics:
     dead_lettered: int
     delivered: int
     commits: int
+    """Commits: log written and fsynced, then the data queue's position stored."""
+    log_syncs: int
+    """fsyncs of the ack log (every commit has one)."""
     log_bytes: int
     log_segments: int
     queue: Statistics
@@ -204,7 +207,7 @@ class Message:
         q = self._q
         q._finish(self)
         if q._sync_every == 1:
-            await q._wait_commit()
+            await q._wait_log_sync()
 
     async def requeue(self, delay: float = 0.0) -> None:
         """NSQ REQ: put the message back, to be delivered again after ``delay`` seconds.
@@ -218,7 +221,7 @@ class Message:
         q = self._q
         q._requeue(self, delay)
         if q._sync_every == 1:
-            await q._wait_commit()
+            await q._wait_log_sync()
 
     async def touch(self) -> None:
         """NSQ TOUCH: deadline = now + ``msg_timeout``, but never past delivery + ``max_msg_timeout``.
@@ -352,7 +355,8 @@ class AckQueue:
         self._timer_when: float | None = None
 
         self._getters: deque[asyncio.Future[None]] = deque()
-        self._sync_waiters: list[asyncio.Future[None]] = []
+        self._sync_waiters: list[asyncio.Future[None]] = []  # need a commit
+        self._log_waiters: list[asyncio.Future[None]] = []  # need the log fsynced
         self._wake: asyncio.Future[None] | None = None
         self._fetch_task: asyncio.Task[None] | None = None
         self._paused = False
@@ -367,6 +371,7 @@ class AckQueue:
         self._dead_lettered = 0
         self._delivered = 0
         self._commits = 0
+        self._log_syncs = 0
 
     # ------------------------------------------------------------------ life cycle
 
@@ -506,7 +511,9 @@ class AckQueue:
             await fut
         self._count_op()
         if self._sync_every == 1:
-            await self._wait_commit()
+            # A data record needs the data queue fsynced: a commit. A log entry
+            # needs the log fsynced, nothing more.
+            await (self._wait_commit() if d == 0.0 else self._wait_log_sync())
 
     def _check_delay(self, delay: object) -> float:
         d = _number("delay", delay, positive=False)
@@ -780,6 +787,13 @@ class AckQueue:
         self._kick()
         await fut
 
+    async def _wait_log_sync(self) -> None:
+        self._check_open()
+        fut = self._loop.create_future()
+        self._log_waiters.append(fut)
+        self._kick()
+        await fut
+
     async def sync(self) -> None:
         """Commit now: write and fsync the log, then sync the data queue.
 
@@ -788,7 +802,9 @@ class AckQueue:
         await self._wait_commit()
 
     def _commit_due(self) -> bool:
-        if self._sync_waiters or self._ops >= self._sync_every:
+        # With sync_every=1 durability comes from the waiters: most need only
+        # the log fsynced (finish, requeue, deferred put), a cheaper step.
+        if self._sync_waiters or (self._sync_every > 1 and self._ops >= self._sync_every):
             return True
         return self._ops > 0 and self._loop.time() >= self._commit_at
 
@@ -799,6 +815,8 @@ class AckQueue:
                     await self._dead_letter()
                 elif self._commit_due():
                     await self._commit()
+                elif self._log_waiters:
+                    await self._log_sync()
                 elif self._journal.pending or self._journal.waiters or self._want_load() \
                         or self._space_work():
                     await self._hop(False)
@@ -882,6 +900,8 @@ class AckQueue:
             await asyncio.sleep(min(1.0, self._sync_interval))  # back off before retrying
             return
         written = self._journal.apply(built, res)
+        if built.job.sync:
+            self._log_syncs += 1
         for e, payload in zip(built.reads, res.read_payloads):
             ts, _, msg_id, body = decode_nsq(payload)
             e.timestamp, e.msg_id, e.body = ts, msg_id, body
@@ -893,8 +913,28 @@ class AckQueue:
         if self._ready:
             self._wake_getters(len(self._ready))
 
+    async def _log_sync(self) -> None:
+        """fsync the log with everything appended so far (not a commit: see the module doc).
+
+        The data queue keeps its older position; on open the log's entries past
+        the last commit are skipped in it by count, so this is enough to make a
+        finish, requeue or deferred put durable.
+        """
+        waiters, self._log_waiters = self._log_waiters, []
+        try:
+            await self._hop(True)
+        except DiskQueueError as exc:
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(exc)
+        else:
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
     async def _commit(self) -> None:
-        waiters, self._sync_waiters = self._sync_waiters, []
+        waiters = self._sync_waiters + self._log_waiters
+        self._sync_waiters, self._log_waiters = [], []
         try:
             await self._commit_now()
         except (DiskQueueError, OSError) as exc:
@@ -961,10 +1001,10 @@ class AckQueue:
             self._timer = None
         self._state = _QState.CLOSED
         err = self._closed_error()
-        for w in self._sync_waiters:
+        for w in self._sync_waiters + self._log_waiters:
             if not w.done():
                 w.set_exception(err)
-        self._sync_waiters = []
+        self._sync_waiters, self._log_waiters = [], []
         self._wake_getters(len(self._getters))
         await self._close_stores()
 
@@ -1042,6 +1082,7 @@ class AckQueue:
             dead_lettered=self._dead_lettered,
             delivered=self._delivered,
             commits=self._commits,
+            log_syncs=self._log_syncs,
             log_bytes=j.bytes_on_disk() if j is not None else 0,
             log_segments=len(j.segs) if j is not None else 0,
             queue=self._data.statistics(),

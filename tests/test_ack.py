@@ -482,13 +482,18 @@ async def test_log_space_is_reclaimed(make_ack: MakeAck, tmp_path: Path) -> None
     assert q.qsize() == 0
 
 
-async def test_sync_every_1_finish_is_durable(make_ack: MakeAck) -> None:
+@pytest.mark.parametrize("action", ["finish", "requeue"])
+async def test_sync_every_1_returns_after_log_fsync(make_ack: MakeAck, action: str) -> None:
     q = await make_ack(sync_every=1)
     await q.put(b"x")
-    commits = q.statistics().commits
+    st = q.statistics()
     m = await get(q)
-    await m.finish()
-    assert q.statistics().commits > commits
+    await getattr(m, action)()
+    st2 = q.statistics()
+    assert st2.log_syncs > st.log_syncs
+    # A put of a ready message needs the data queue fsynced too: a full commit.
+    await q.put(b"y")
+    assert q.statistics().commits > st2.commits
 
 
 # ---------------------------------------------------------------- bad input

@@ -60,7 +60,7 @@ async def run_and_kill(tmp_path: Path, after: float, *args: str) -> list[list[st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sync_every", "rounds", "n"), [(2500, 8, 30_000), (1, 6, 3000)],
+@pytest.mark.parametrize(("sync_every", "rounds", "n"), [(2500, 8, 30_000), (1, 6, 20_000)],
                          ids=["default-sync", "sync_every=1"])
 async def test_consumer_killed_loses_nothing(tmp_path: Path, sync_every: int, rounds: int,
                                              n: int) -> None:

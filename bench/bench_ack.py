@@ -1,0 +1,163 @@
+"""Ack path benchmark: get + finish, against persist-queue's SQLiteAckQueue in the same run.
+
+Rows: messages/s for get+finish (ack) with 1 consumer and with 16 concurrent
+consumers, 1 KiB payloads, queue pre-filled (the fill is timed too, as put/s).
+AckQueue runs with its defaults (sync_every=2500: a finish is written to the OS
+at once and fsynced by the next commit) and with sync_every=1 (every finish is
+fsynced before it returns, group commit). SQLiteAckQueue commits every
+operation (its only mode); its 16 consumers are threads. Last, the lateness of
+AckQueue's deadline timer with 100,000 messages in flight (real clock).
+
+Usage: ``python bench/bench_ack.py [--n 50000] [--n-sqlite 3000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aiodiskqueue import AckQueue
+from aiodiskqueue._ack_clock import LoopClock, TimerHandle
+
+PAYLOAD = os.urandom(1024)
+
+
+async def ours(n: int, consumers: int, sync_every: int) -> tuple[float, float]:
+    """(put/s, get+finish/s) for an AckQueue in a fresh directory."""
+    with tempfile.TemporaryDirectory() as d:
+        async with AckQueue(d, "bench", sync_every=sync_every, max_in_flight=1000) as q:
+            t0 = time.perf_counter()
+            if sync_every == 1:
+                await asyncio.gather(*(_put_some(q, n // 16) for _ in range(16)))
+            else:
+                for _ in range(n):
+                    await q.put(PAYLOAD)
+            t1 = time.perf_counter()
+            left = [n if sync_every != 1 else (n // 16) * 16]
+
+            async def consume() -> None:
+                while left[0] > 0:
+                    left[0] -= 1
+                    m = await q.get()
+                    await m.finish()
+
+            t2 = time.perf_counter()
+            await asyncio.gather(*(consume() for _ in range(consumers)))
+            t3 = time.perf_counter()
+            total = n if sync_every != 1 else (n // 16) * 16
+            assert q.statistics().finished == total
+        return total / (t1 - t0), total / (t3 - t2)
+
+
+async def _put_some(q: AckQueue, k: int) -> None:
+    for _ in range(k):
+        await q.put(PAYLOAD)
+
+
+def sqlite_ack(n: int, consumers: int) -> tuple[float, float]:
+    """(put/s, get+ack/s) for persist-queue's SQLiteAckQueue."""
+    from persistqueue import SQLiteAckQueue  # type: ignore[import-untyped]
+
+    with tempfile.TemporaryDirectory() as d:
+        q = SQLiteAckQueue(d, multithreading=True, auto_commit=True)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            q.put(PAYLOAD)
+        t1 = time.perf_counter()
+        lock = threading.Lock()
+        left = [n]
+
+        def consume() -> None:
+            while True:
+                with lock:
+                    if left[0] <= 0:
+                        return
+                    left[0] -= 1
+                item = q.get(block=True)
+                q.ack(item)
+
+        t2 = time.perf_counter()
+        threads = [threading.Thread(target=consume) for _ in range(consumers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        t3 = time.perf_counter()
+        assert q.acked_count() == n
+        return n / (t1 - t0), n / (t3 - t2)
+
+
+class _TimingClock(LoopClock):
+    """The loop's clock, recording how late each timer callback finished."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.late: list[float] = []
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
+        def run() -> None:
+            callback()
+            self.late.append(self.monotonic() - when)
+
+        return super().call_at(when, run)
+
+
+async def deadline_lateness(n: int) -> tuple[float, float, float]:
+    """(p50, p99, max) seconds from a deadline to the end of the timer run that handled it."""
+    with tempfile.TemporaryDirectory() as d:
+        clock = _TimingClock(asyncio.get_running_loop())
+        async with AckQueue(d, "late", msg_timeout=2.0, max_in_flight=n, clock=clock) as q:
+            for _ in range(n):
+                await q.put(b"x")
+            for _ in range(n):
+                await q.get()
+            while q.statistics().timed_out < n:
+                await asyncio.sleep(0.05)
+        late = sorted(clock.late)
+    return statistics.median(late), late[int(len(late) * 0.99)], late[-1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=50_000)
+    ap.add_argument("--n-sync", type=int, default=4_000)
+    ap.add_argument("--n-sqlite", type=int, default=3_000)
+    ap.add_argument("--in-flight", type=int, default=100_000)
+    args = ap.parse_args()
+
+    rows: list[tuple[str, str, float, float]] = []
+    anchors: dict[int, float] = {}
+    for consumers in (1, 16):
+        put, ack = sqlite_ack(args.n_sqlite, consumers)
+        anchors[consumers] = ack
+        rows.append(("persist-queue SQLiteAckQueue", f"{consumers} consumer(s)", put, ack))
+    for consumers in (1, 16):
+        put, ack = asyncio.run(ours(args.n, consumers, 2500))
+        rows.append(("AckQueue sync_every=2500", f"{consumers} consumer(s)", put, ack))
+    for consumers in (1, 16):
+        put, ack = asyncio.run(ours(args.n_sync, consumers, 1))
+        rows.append(("AckQueue sync_every=1", f"{consumers} consumer(s)", put, ack))
+
+    print(f"1 KiB payloads; AckQueue n={args.n} (sync_every=1: {args.n_sync}), "
+          f"SQLiteAckQueue n={args.n_sqlite}")
+    print(f"{'system':<30} {'consumers':<14} {'put/s':>10} {'get+ack/s':>10} {'vs SQLite':>10}")
+    for system, scen, put, ack in rows:
+        c = 1 if scen.startswith("1 ") else 16
+        print(f"{system:<30} {scen:<14} {put:>10,.0f} {ack:>10,.0f} {ack / anchors[c]:>9.1f}x")
+    p50, p99, worst = asyncio.run(deadline_lateness(args.in_flight))
+    print(f"deadline timer with {args.in_flight:,} in flight: late by p50 {p50 * 1e3:.1f} ms, "
+          f"p99 {p99 * 1e3:.1f} ms, max {worst * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
