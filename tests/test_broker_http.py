@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import AsyncIterator
 from typing import Any
@@ -180,3 +181,43 @@ async def test_topic_pause_keeps_messages_in_topic(
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("tp", "ch")
     assert (await c.read()).body == b"in topic"
+
+
+def _files(broker: BrokerServer) -> set[str]:
+    return set(os.listdir(broker.broker.data_dir))
+
+
+async def test_channel_delete_removes_its_files_only(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    await _req(http, "POST", "/topic/create?topic=del")
+    for ch in ("a", "a.b"):
+        await _req(http, "POST", f"/channel/create?topic=del&channel={ch}")
+    await _req(http, "POST", "/mpub?topic=del", b"1\n2")
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("del", "a", rdy=0)
+    before = _files(broker)
+    assert any(f.startswith("del:a.diskqueue.") for f in before)
+
+    assert (await _req(http, "POST", "/channel/delete?topic=del&channel=a"))[:2] == (200, "")
+    assert await c.closed_by_server()  # its subscriber is disconnected
+    after = _files(broker)
+    assert not any(f.startswith(("del:a.diskqueue.", "del:a.ack.")) for f in after)
+    assert {f for f in before if f.startswith("del:a.b.")} <= after  # the other channel is intact
+    assert [ch["channel_name"] for ch in broker.broker.stats("del")["topics"][0]["channels"]] == ["a.b"]
+    assert channel_stats(broker, "del", "a.b")["depth"] == 2
+    assert (await _req(http, "POST", "/channel/delete?topic=del&channel=a"))[0] == 404
+
+
+async def test_topic_delete_removes_everything(
+    broker: BrokerServer, http: tuple[ClientSession, str]
+) -> None:
+    await _req(http, "POST", "/pub?topic=gone", b"queued in the topic")
+    await _req(http, "POST", "/channel/create?topic=gone&channel=c1")
+    await _req(http, "POST", "/pub?topic=gone", b"in the channel")
+    await _req(http, "POST", "/pub?topic=gone2", b"another topic")
+    assert (await _req(http, "POST", "/topic/delete?topic=gone"))[:2] == (200, "")
+    assert "gone" not in broker.broker.topics
+    assert not any(f.startswith(("gone.", "gone:")) for f in _files(broker))
+    assert any(f.startswith("gone2.") for f in _files(broker))
+    assert (await _req(http, "POST", "/topic/delete?topic=gone"))[:2] == (404, '{"message": "TOPIC_NOT_FOUND"}')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import struct
 
 import pytest
@@ -332,3 +333,27 @@ async def test_restart_reopens_topics_and_channels(
     second = await make_broker()
     assert channel_stats(second, "kept", "ch")["depth"] == 3
     assert second.broker.stats("only-topic")["topics"][0]["depth"] == 1
+
+
+async def test_ephemeral_channel_goes_with_its_last_client(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("eph", "tmp#ephemeral", rdy=0)
+    await c.pub("eph", b"x")
+    assert "tmp#ephemeral" in broker.broker.topics["eph"].channels
+    assert broker.broker.meta()["topics"][0]["channels"] == []  # never in the metadata
+    await c.close()
+    await eventually(lambda: "tmp#ephemeral" not in broker.broker.topics["eph"].channels)
+    # Its files go right after (closing the queue comes first).
+    await eventually(lambda: not [f for f in os.listdir(broker.broker.data_dir) if "#ephemeral" in f])
+    assert "eph" in broker.broker.topics  # a durable topic stays
+
+
+async def test_ephemeral_topic_goes_with_its_last_channel(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("t#ephemeral", "c#ephemeral", rdy=0)
+    await c.close()
+    await eventually(lambda: "t#ephemeral" not in broker.broker.topics)

@@ -7,10 +7,13 @@ messages. The rest of the broker sees :class:`Store` and :class:`Delivery`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 from dataclasses import dataclass
 from typing import Final, Protocol, final
 
+from .._layout import fsync_dir
 from ..ack import AckQueue, Message
 from ..errors import MessageNotInFlight, QueueEmpty
 from ._options import BrokerOptions
@@ -180,6 +183,40 @@ class AckStore:
         await self.q.aclose()
 
 
+def _store_files(directory: str, name: str) -> list[str]:
+    """Every file of AckQueue ``name``: data queue, ack log, dead-letter queue.
+
+    Matches exact names only, so that queue ``t:a`` never claims files of ``t:a.b``.
+    """
+    patterns = [
+        re.compile(rf"\A{re.escape(q)}\.diskqueue\.(\d+\.dat(\.bad(\.\d+)?)?|meta\.dat|lock)\Z")
+        for q in (name, name + ".dead")
+    ]
+    patterns.append(re.compile(rf"\A{re.escape(name)}\.ack\.\d{{6}}\.log\Z"))
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(directory, f) for f in entries if any(p.match(f) for p in patterns)]
+
+
+async def remove_store(store: Store, directory: str | os.PathLike[str], name: str) -> None:
+    """Close ``store`` (named ``name``) and delete its files: nsqd's topic/channel delete.
+
+    Raises DiskQueueError if the store cannot be closed, OSError if a file cannot be deleted.
+    """
+    await store.aclose()
+    d = os.fspath(directory)
+
+    def remove() -> None:
+        for path in _store_files(d, name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        fsync_dir(d)
+
+    await asyncio.get_running_loop().run_in_executor(None, remove)
+
+
 async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerOptions, *,
                      dead_letters: bool = True) -> Store:
     """Open (creating) the store ``name`` in ``directory``: an AckQueue with ``format="nsq"``.
@@ -205,4 +242,5 @@ async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerO
     return AckStore(q)
 
 
-__all__ = ["PER_DELIVERY_TIMEOUT", "AckStore", "Delivery", "Store", "StoreError", "StoreStats", "open_store"]
+__all__ = ["PER_DELIVERY_TIMEOUT", "AckStore", "Delivery", "Store", "StoreError", "StoreStats", "open_store",
+           "remove_store"]

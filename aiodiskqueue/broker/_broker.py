@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from .._layout import fsync_dir
-from ._backend import open_store
+from ._backend import open_store, remove_store
 from ._options import BrokerOptions
 from ._protocol import VERSION, is_valid_channel_name, is_valid_name
 from ._topic import Channel, Topic
@@ -41,12 +41,19 @@ class Broker:
         self.http_port = 0
         self._lock = asyncio.Lock()
         self._closed = False
+        self.closing = False
+        """Set once :meth:`aclose` started: connections ending then do not delete anything."""
 
     # ------------------------------------------------------------------ life cycle
 
     async def start(self) -> None:
         """Create the data directory and reopen the topics and channels of the last run."""
         os.makedirs(self.data_dir, exist_ok=True)
+        # Ephemeral topics and channels do not outlive the process ('#' appears
+        # in no other name): drop what a crash left of them.
+        for f in os.listdir(self.data_dir):
+            if "#ephemeral" in f:
+                os.unlink(os.path.join(self.data_dir, f))
         meta = self._load_meta()
         for t in meta.get("topics", []):
             name = t.get("name", "")
@@ -68,7 +75,7 @@ class Broker:
         """Stop the pumps, sync and close every store; idempotent."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = self.closing = True
         for topic in self.topics.values():
             await topic.stop_pump()
         for topic in self.topics.values():
@@ -110,6 +117,39 @@ class Broker:
                     await self.persist_meta()
         return ch
 
+    async def delete_channel(self, topic: Topic, name: str) -> bool:
+        """Delete channel ``name``: disconnect its clients, close its queue, delete its files.
+
+        Returns False if there is no such channel.
+        """
+        async with self._lock:
+            ch = topic.remove_channel(name)
+            if ch is None:
+                return False
+            for c in list(ch.clients.values()):
+                c.close()
+            await remove_store(ch.store, self.data_dir, ch.queue_name)
+            await self.persist_meta()
+        if topic.ephemeral and not topic.channels and not topic.deleting:
+            await self.delete_topic(topic.name)
+        return True
+
+    async def delete_topic(self, name: str) -> bool:
+        """Delete topic ``name`` with all its channels and files. False if there is none."""
+        topic = self.topics.get(name)
+        if topic is None:
+            return False
+        topic.deleting = True
+        for cname in list(topic.channels):
+            await self.delete_channel(topic, cname)
+        async with self._lock:
+            if self.topics.pop(name, None) is None:
+                return False
+            await topic.stop_pump()
+            await remove_store(topic.backlog, self.data_dir, name)
+            await self.persist_meta()
+        return True
+
     # ------------------------------------------------------------------ metadata
 
     def _meta_path(self) -> str:
@@ -127,16 +167,20 @@ class Broker:
         return data if isinstance(data, dict) else {}
 
     def meta(self) -> dict[str, Any]:
-        """The metadata document: every topic and channel with its paused flag."""
+        """The metadata document: every topic and channel with its paused flag.
+
+        ``#ephemeral`` ones are left out, as nsqd leaves them out of ``nsqd.dat``.
+        """
         return {
             "version": VERSION,
             "topics": [
                 {
                     "name": t.name,
                     "paused": t.paused,
-                    "channels": [{"name": c.name, "paused": c.paused} for c in t.channels.values()],
+                    "channels": [{"name": c.name, "paused": c.paused}
+                                 for c in t.channels.values() if not c.ephemeral],
                 }
-                for t in self.topics.values()
+                for t in self.topics.values() if not t.ephemeral
             ],
         }
 

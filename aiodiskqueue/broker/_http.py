@@ -73,10 +73,12 @@ class HTTPApi:
         r.add_post("/pub", self.pub)
         r.add_post("/mpub", self.mpub)
         r.add_post("/topic/create", self.topic_create)
+        r.add_post("/topic/delete", self.topic_delete)
         r.add_post("/topic/empty", self.topic_empty)
         r.add_post("/topic/pause", self.topic_pause)
         r.add_post("/topic/unpause", self.topic_pause)
         r.add_post("/channel/create", self.channel_create)
+        r.add_post("/channel/delete", self.channel_delete)
         r.add_post("/channel/empty", self.channel_empty)
         r.add_post("/channel/pause", self.channel_pause)
         r.add_post("/channel/unpause", self.channel_pause)
@@ -207,6 +209,15 @@ class HTTPApi:
         await self.broker.get_topic(self._topic_name(request))
         return _text("")
 
+    async def topic_delete(self, request: web.Request) -> web.Response:
+        """``POST /topic/delete?topic=T``: the topic, its channels and all their messages."""
+        name = request.query.get("topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if not await self.broker.delete_topic(name):
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return _text("")
+
     async def topic_empty(self, request: web.Request) -> web.Response:
         """``POST /topic/empty?topic=T``: drop what waits in the topic (not its channels)."""
         topic = self.broker.topics.get(self._topic_name(request))
@@ -232,6 +243,13 @@ class HTTPApi:
         """``POST /channel/create?topic=T&channel=C`` (the topic must exist, as in nsqd)."""
         topic, cname = self._existing(request)
         await self.broker.get_channel(topic, cname)
+        return _text("")
+
+    async def channel_delete(self, request: web.Request) -> web.Response:
+        """``POST /channel/delete?topic=T&channel=C``: its clients are disconnected, its messages dropped."""
+        topic, cname = self._existing(request)
+        if not await self.broker.delete_channel(topic, cname):
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return _text("")
 
     async def channel_empty(self, request: web.Request) -> web.Response:

@@ -195,6 +195,12 @@ class Connection:
         for d in pending:
             with contextlib.suppress(DiskQueueError):
                 await d.requeue(0.0)
+        if ch is not None and ch.ephemeral and not ch.clients and not self.broker.closing:
+            # nsqd deletes an ephemeral channel when its last client leaves.
+            try:
+                await self.broker.delete_channel(ch.topic, ch.name)
+            except (DiskQueueError, OSError) as exc:
+                log.error("deleting ephemeral channel %s failed: %s", ch.queue_name, exc)
         self._flush()
         self._closed = True
         with contextlib.suppress(Exception):

@@ -28,6 +28,10 @@ class Subscriber(Protocol):
         """Something the delivery pump waits for changed (pause flag, in-flight count)."""
         ...
 
+    def close(self) -> None:
+        """Disconnect the client (its channel is being deleted)."""
+        ...
+
 
 class Channel:
     """One channel of a topic: an independent durable copy of the topic's stream."""
@@ -40,6 +44,11 @@ class Channel:
         self.paused = False
         self.message_count = 0
         """Deliveries to clients since the broker started."""
+
+    @property
+    def ephemeral(self) -> bool:
+        """A ``#ephemeral`` channel: not kept in the metadata, deleted with its last client."""
+        return self.name.endswith("#ephemeral")
 
     @property
     def queue_name(self) -> str:
@@ -96,7 +105,13 @@ class Topic:
         self.paused = False
         self.message_count = 0
         self.message_bytes = 0
+        self.deleting = False
         self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def ephemeral(self) -> bool:
+        """A ``#ephemeral`` topic: not kept in the metadata, deleted with its last channel."""
+        return self.name.endswith("#ephemeral")
 
     async def publish(self, bodies: list[bytes], delay: float = 0.0) -> None:
         """Store ``bodies`` for every channel (or in the topic while it has none).
