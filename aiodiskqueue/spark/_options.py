@@ -9,6 +9,7 @@ Spark job starts.
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -80,6 +81,7 @@ class SourceOptions:
     max_msg_size: int = MiB
     max_bytes_per_file: int = 100 * MiB
     max_bytes_per_partition: int = 128 * MiB
+    min_partitions: int = 1
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     arrow: bool = True
@@ -89,6 +91,16 @@ class SourceOptions:
     def nsq(self) -> bool:
         """Whether payloads are nsqd messages (``format=nsq``)."""
         return self.format == "nsq"
+
+    def partition_bytes(self, total: int) -> int:
+        """Target bytes per partition for ``total`` bytes to read.
+
+        Spark's own file sources do the same: ``maxBytesPerPartition`` at most,
+        but small enough that ``minPartitions`` tasks (default: the driver's CPU
+        count) share the work. A partition is still at least one whole file span.
+        """
+        share = -(-total // self.min_partitions)
+        return max(1, min(self.max_bytes_per_partition, share))
 
     def matches(self, queue: str) -> bool:
         """Whether queue ``queue`` is selected by the ``name`` option."""
@@ -131,6 +143,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         max_msg_size=max_size,
         max_bytes_per_file=_int(opts, "maxBytesPerFile", 100 * MiB, 1) or 1,
         max_bytes_per_partition=_int(opts, "maxBytesPerPartition", 128 * MiB, 1) or 1,
+        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 1, 1) or 1,
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
         max_bytes_per_trigger=_int(opts, "maxBytesPerTrigger", None, 1),
         arrow=True if arrow_raw is None else _bool(opts, "arrow"),

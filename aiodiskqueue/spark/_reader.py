@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .._codec import HEADER_SIZE
 from .._layout import Layout
 from ._files import FileSpan, Pos, iter_records, select_queues, view_queue
-from ._nsq import NSQ_HEADER_SIZE, decode
+from ._nsq import decode
 from ._options import SourceOptions
 
 RAW_SCHEMA = "name string, file_num long, offset long, payload binary"
@@ -46,20 +47,23 @@ class QueuePartition(InputPartition):
     spans: tuple[FileSpan, ...]
 
 
-def group_spans(directory: str, queue: str, spans: list[FileSpan],
-                max_bytes: int) -> list[QueuePartition]:
-    """Pack consecutive spans into partitions of about ``max_bytes`` (whole files)."""
+def group_spans(options: SourceOptions, planned: list[tuple[str, list[FileSpan]]]
+                ) -> list[QueuePartition]:
+    """Pack each queue's consecutive spans into partitions (whole spans, one queue each),
+    sized by :meth:`SourceOptions.partition_bytes`."""
+    target = options.partition_bytes(sum(s.size for _, spans in planned for s in spans))
     out: list[QueuePartition] = []
-    cur: list[FileSpan] = []
-    size = 0
-    for span in spans:
-        if cur and size + span.size > max_bytes:
-            out.append(QueuePartition(directory, queue, tuple(cur)))
-            cur, size = [], 0
-        cur.append(span)
-        size += span.size
-    if cur:
-        out.append(QueuePartition(directory, queue, tuple(cur)))
+    for queue, spans in planned:
+        cur: list[FileSpan] = []
+        size = 0
+        for span in spans:
+            if cur and size + span.size > target:
+                out.append(QueuePartition(options.path, queue, tuple(cur)))
+                cur, size = [], 0
+            cur.append(span)
+            size += span.size
+        if cur:
+            out.append(QueuePartition(options.path, queue, tuple(cur)))
     return out
 
 
@@ -77,24 +81,26 @@ def read_partition(options: SourceOptions, part: QueuePartition) -> Iterator[Any
                 yield row
         return
     schema = _NSQ_ARROW if options.nsq else _RAW_ARROW
+    name_scalar = pa.scalar(name, pa.string())
     for recs in chunks:
+        # One chunk holds records of one file; the constant columns cost nothing per row.
         n = len(recs)
-        payloads = [r[0] for r in recs]
-        offsets = [r[2] - HEADER_SIZE - len(r[0]) for r in recs]
-        nums = [r[1] for r in recs]
+        payload_arr = pa.array([r[0] for r in recs], pa.binary())
+        ends = pa.array([r[2] for r in recs], pa.int64())
+        starts = pc.subtract(ends, pc.add(pc.binary_length(payload_arr).cast(pa.int64()),
+                                          HEADER_SIZE))
         cols: list[pa.Array] = [
-            pa.array([name] * n, pa.string()),
-            pa.array(nums, pa.int64()),
-            pa.array(offsets, pa.int64()),
-            pa.array(payloads, pa.binary()),
+            pa.repeat(name_scalar, n),
+            pa.repeat(pa.scalar(recs[0][1], pa.int64()), n),
+            starts,
+            payload_arr,
         ]
         if options.nsq:
-            fields = [decode(p) for p in payloads]
+            fields = [decode(r[0]) for r in recs]
             cols.append(pa.array([f[0] for f in fields], pa.string()))
             cols.append(pa.array([f[1] for f in fields], pa.int64()))
             cols.append(pa.array([f[2] for f in fields], pa.int32()))
-            cols.append(pa.array([p[NSQ_HEADER_SIZE:] if f[3] is not None else None
-                                  for p, f in zip(payloads, fields)], pa.binary()))
+            cols.append(pa.array([f[3] for f in fields], pa.binary()))
         yield pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
@@ -113,11 +119,8 @@ class DiskQueueReader(DataSourceReader):
     def partitions(self) -> list[QueuePartition]:
         """One or more segment files per partition, one queue per partition."""
         opts = self.options
-        parts: list[QueuePartition] = []
-        for queue in select_queues(opts.path, opts.matches):
-            spans, _, _ = plan_queue(opts, queue)
-            parts.extend(group_spans(opts.path, queue, spans, opts.max_bytes_per_partition))
-        return parts
+        planned = [(q, plan_queue(opts, q)[0]) for q in select_queues(opts.path, opts.matches)]
+        return group_spans(opts, planned)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Rows of ``partition``, in queue order."""

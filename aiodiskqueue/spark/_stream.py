@@ -151,14 +151,12 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         """Segment spans between ``start`` and ``end``, one queue per partition."""
-        parts: list[QueuePartition] = []
+        planned = []
         for queue in sorted(end):
             view = self._view(queue)
             begin = _pos(start[queue]) if queue in start else view.read
-            spans = spans_between(view, begin, _pos(end[queue]))
-            parts.extend(group_spans(self.options.path, queue, spans,
-                                     self.options.max_bytes_per_partition))
-        return parts
+            planned.append((queue, spans_between(view, begin, _pos(end[queue]))))
+        return group_spans(self.options, planned)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Rows of one partition, as in a batch read."""
