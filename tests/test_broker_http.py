@@ -221,3 +221,20 @@ async def test_topic_delete_removes_everything(
     assert not any(f.startswith(("gone.", "gone:")) for f in _files(broker))
     assert any(f.startswith("gone2.") for f in _files(broker))
     assert (await _req(http, "POST", "/topic/delete?topic=gone"))[:2] == (404, '{"message": "TOPIC_NOT_FOUND"}')
+
+
+async def test_channel_empty_drops_in_flight_messages_too(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("emp2", "ch", rdy=2)
+    await _req(http, "POST", "/mpub?topic=emp2", b"1\n2\n3")
+    m1, _m2 = await c.read(), await c.read()
+    assert (await _req(http, "POST", "/channel/empty?topic=emp2&channel=ch"))[0] == 200
+    stats = channel_stats(broker, "emp2", "ch")
+    assert (stats["depth"], stats["in_flight_count"], stats["clients"][0]["in_flight_count"]) == (0, 0, 0)
+    c.send(b"FIN " + m1.msg_id)
+    f = await c.read()
+    assert f.is_error and f.data.startswith(b"E_FIN_FAILED")
+    await _req(http, "POST", "/pub?topic=emp2", b"fresh")
+    assert (await c.read()).body == b"fresh"  # nothing emptied comes back

@@ -357,3 +357,20 @@ async def test_ephemeral_topic_goes_with_its_last_channel(
     await c.sub("t#ephemeral", "c#ephemeral", rdy=0)
     await c.close()
     await eventually(lambda: "t#ephemeral" not in broker.broker.topics)
+
+
+@pytest.mark.parametrize(("rate", "delivered"), [(40, False), (60, True)], ids=["sampled-out", "sampled-in"])
+async def test_sample_rate(
+    broker: BrokerServer, raw_clients: list[RawClient], monkeypatch: pytest.MonkeyPatch,
+    rate: int, delivered: bool
+) -> None:
+    monkeypatch.setattr("aiodiskqueue.broker._server._rng.randrange", lambda n: 50)
+    c = await connect(broker.tcp_port, raw_clients, sample_rate=rate)
+    await c.sub("sampled", "ch")
+    await c.pub("sampled", b"maybe")
+    if delivered:
+        assert (await c.read()).body == b"maybe"
+    else:
+        store = broker.broker.topics["sampled"].channels["ch"].store
+        await eventually(lambda: store.stats().finished == 1)  # dropped, as nsqd drops it
+        assert channel_stats(broker, "sampled", "ch")["clients"][0]["message_count"] == 0

@@ -7,6 +7,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 _LINE_LIMIT = 64 * 1024
 _WRITE_HIGH_WATER = 1 << 20
 _ids = itertools.count(1)
+_rng = random.Random()
+"""Decides IDENTIFY sample_rate drops (its own instance, so tests can fix it)."""
 
 _HEARTBEAT_FRAME = frame(FRAME_RESPONSE, HEARTBEAT)
 _OK_FRAME = frame(FRAME_RESPONSE, OK)
@@ -410,6 +413,7 @@ class Connection:
         store = ch.store
         loop = asyncio.get_running_loop()
         timeout = self.config.msg_timeout_ms / 1000
+        sample = self.config.sample_rate
         in_flight = self.in_flight
         while True:
             while len(in_flight) >= self.rdy or ch.paused:
@@ -426,8 +430,13 @@ class Connection:
                     timer.cancel()
                     self._waiter = None
             # No await between get() returning and the message being recorded and
-            # written, so cancelling the pump never strands a delivery.
+            # written (but for a sampled-out one, finished at once), so cancelling
+            # the pump never strands a delivery.
             d = await store.get(timeout)
+            if sample and _rng.randrange(100) >= sample:
+                # IDENTIFY sample_rate: like nsqd, a message sampled out is dropped.
+                await d.finish()
+                continue
             in_flight[d.id] = d
             self.message_count += 1
             ch.message_count += 1
@@ -453,10 +462,12 @@ class Connection:
         if w is not None and not w.done():
             w.set_result(None)
 
-    def channel_emptied(self) -> None:
-        """The channel dropped its messages; what was in flight here is gone too."""
+    def take_in_flight(self) -> list[Delivery]:
+        """Hand over (and forget) what is in flight here: the channel is being emptied."""
+        out = list(self.in_flight.values())
         self.in_flight.clear()
         self.wake()
+        return out
 
     def stats(self) -> dict[str, Any]:
         """nsqd's client stats object."""

@@ -8,7 +8,7 @@ import logging
 from typing import Any, Protocol
 
 from ..errors import DiskQueueError
-from ._backend import Store
+from ._backend import Delivery, Store
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +20,8 @@ class Subscriber(Protocol):
         """nsqd's client stats object."""
         ...
 
-    def channel_emptied(self) -> None:
-        """The channel dropped its messages; forget what is in flight."""
+    def take_in_flight(self) -> list[Delivery]:
+        """Hand over (and forget) every message in flight to this client."""
         ...
 
     def wake(self) -> None:
@@ -76,10 +76,15 @@ class Channel:
         }
 
     async def empty(self) -> None:
-        """Drop every queued and deferred message; clients forget their in-flight ones."""
-        await self.store.empty()
+        """Drop the messages in flight and those ready (nsqd's channel empty).
+
+        Deferred messages stay: the store cannot drop them before they are due.
+        """
         for c in list(self.clients.values()):
-            c.channel_emptied()
+            for d in c.take_in_flight():
+                with contextlib.suppress(DiskQueueError):  # timed out meanwhile: it is queued again
+                    await d.finish()
+        await self.store.empty()
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume delivery to this channel's clients."""
