@@ -560,3 +560,89 @@ async def test_size_bounds_apply_to_deferred_puts(make_ack: MakeAck) -> None:
     with pytest.raises(MessageSizeError):
         await q.put(b"x" * 11)
     assert q.statistics().deferred == 0
+
+
+# ---------------------------------------------------------------- on disk
+
+
+def data_meta_read(directory: Path, name: str = "jobs") -> tuple[int, int]:
+    """The read position stored in the data queue's meta file."""
+    lines = (directory / f"{name}.diskqueue.meta.dat").read_text().splitlines()
+    f, p = lines[1].split(",")
+    return int(f), int(p)
+
+
+async def test_data_queue_position_moves_only_in_commits(make_ack: MakeAck,
+                                                         tmp_path: Path) -> None:
+    # Small data files: taking messages crosses file rolls, which must not store the meta.
+    q = await make_ack(max_bytes_per_file=64, max_in_flight=100)
+    for i in range(40):
+        await q.put(b"message %02d" % i)
+    await q.sync()
+    before = data_meta_read(tmp_path)
+    msgs = [await get(q) for _ in range(30)]
+    for m in msgs:
+        await m.finish()
+    while q.statistics().log_bytes == 0 or q._journal.pending:  # let the log catch up
+        await asyncio.sleep(0)
+    assert data_meta_read(tmp_path) == before
+    await q.sync()
+    assert data_meta_read(tmp_path) > before
+
+
+async def wait_log_written(q: AckQueue) -> None:
+    """Poll until the log holds every record appended so far (no commit)."""
+    fut = q._journal.wait_written()
+    q._kick()
+    await asyncio.wait_for(fut, 10)
+
+
+async def test_log_ahead_of_data_queue_after_a_crash(make_ack: MakeAck, tmp_path: Path) -> None:
+    """Files as a SIGKILL leaves them between commits: takes are skipped by count."""
+    q = await make_ack(max_in_flight=100)
+    for i in range(10):
+        await q.put(b"%d" % i)
+    await q.sync()
+    taken = [await get(q) for _ in range(5)]
+    for m in taken[:3]:
+        await m.finish()
+    await wait_log_written(q)
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    for f in tmp_path.iterdir():
+        if f.is_file():
+            (snap / f.name).write_bytes(f.read_bytes())
+    assert data_meta_read(snap) == data_meta_read(tmp_path)  # no commit since the takes
+    q2 = await make_ack(directory=snap)
+    got = []
+    while q2.qsize():
+        m = await get(q2)
+        got.append((m.body, m.attempts))
+        await m.finish()
+    assert sorted(got) == sorted([(b"3", 2), (b"4", 2)] + [(b"%d" % i, 1) for i in range(5, 10)])
+
+
+async def test_torn_log_tail_is_cut(make_ack: MakeAck, tmp_path: Path) -> None:
+    q = await make_ack()
+    await q.put(b"keep", delay=10.0)
+    await q.put(b"torn", delay=10.0)
+    await q.aclose()
+    log_file = tmp_path / "jobs.ack.000000.log"
+    data = log_file.read_bytes()
+    # The "torn" entry: 8-byte frame header, 25-byte E header, 26-byte nsqd header, body.
+    start = data.rfind(b"torn") - 8 - 25 - 26
+    assert data[start + 8:start + 9] == b"E"
+    log_file.write_bytes(data[:start + 40])
+    q = await make_ack()
+    assert q.statistics().deferred == 1
+    after = log_file.read_bytes()
+    # Cut at the torn record; the reopen appended its commit's head (49 bytes) there.
+    assert (len(after), after[start + 8:start + 9]) == (start + 49, b"H")
+
+
+async def test_second_open_is_locked(make_ack: MakeAck) -> None:
+    from aiodiskqueue import QueueLocked
+
+    await make_ack()
+    with pytest.raises(QueueLocked):
+        await make_ack()
