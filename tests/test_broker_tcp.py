@@ -374,3 +374,19 @@ async def test_sample_rate(
         store = broker.broker.topics["sampled"].channels["ch"].store
         await eventually(lambda: store.stats().finished == 1)  # dropped, as nsqd drops it
         assert channel_stats(broker, "sampled", "ch")["clients"][0]["message_count"] == 0
+
+
+async def test_silent_client_is_closed_after_two_heartbeats(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
+    c = await connect(broker.tcp_port, raw_clients, heartbeat_interval=1000)
+    heartbeats = 0
+    while True:  # never answer: the server gives up after two intervals
+        try:
+            f = await c.read(skip_heartbeats=False)
+        except asyncio.IncompleteReadError:
+            break
+        assert f.data == b"_heartbeat_"
+        heartbeats += 1
+    assert 1 <= heartbeats <= 3
+    await eventually(lambda: not broker.tcp.connections)

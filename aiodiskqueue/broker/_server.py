@@ -93,6 +93,7 @@ class Connection:
         self._heartbeat: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._next_prune = 0.0
+        self._last_active = 0.0
         self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[bytes | None]]] = {
             b"IDENTIFY": self._identify,
             b"SUB": self._sub,
@@ -136,21 +137,21 @@ class Connection:
     async def run(self) -> None:
         """Serve the connection until the client leaves or a fatal error."""
         try:
+            loop = asyncio.get_running_loop()
             try:
-                magic = await self._read_with_deadline(self.reader.readexactly(4))
+                timeout = 2 * self.config.heartbeat_interval_ms / 1000
+                magic = await asyncio.wait_for(self.reader.readexactly(4), timeout)
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             if magic != MAGIC_V2:
                 self.send(ClientError("E_BAD_PROTOCOL", f"bad protocol magic {magic!r}").frame())
                 return
-            self._heartbeat = asyncio.get_running_loop().create_task(self._run_heartbeat())
+            self._heartbeat = loop.create_task(self._run_heartbeat())
             while True:
+                self._last_active = loop.time()
                 try:
-                    line = await self._read_with_deadline(self.reader.readuntil(b"\n"))
+                    line = await self.reader.readuntil(b"\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                except TimeoutError:
-                    log.info("client %s: no data for two heartbeat intervals, closing", self)
                     return
                 except asyncio.LimitOverrunError:
                     self.send(ClientError("E_INVALID", "command line too long").frame())
@@ -158,6 +159,7 @@ class Connection:
                 line = line[:-1]
                 if line[-1:] == b"\r":
                     line = line[:-1]
+                self._last_active = loop.time()
                 params = line.split(b" ")
                 handler = self._handlers.get(params[0])
                 try:
@@ -179,12 +181,6 @@ class Connection:
             log.exception("client %s: unexpected error", self)
         finally:
             await self._teardown()
-
-    async def _read_with_deadline(self, aw: Awaitable[bytes]) -> bytes:
-        hb = self.config.heartbeat_interval_ms
-        if hb <= 0:
-            return await aw
-        return await asyncio.wait_for(aw, timeout=2 * hb / 1000)
 
     async def _teardown(self) -> None:
         if self._heartbeat is not None:
@@ -211,11 +207,22 @@ class Connection:
             await self.writer.wait_closed()
 
     async def _run_heartbeat(self) -> None:
+        """Send ``_heartbeat_`` every interval; close a client silent for two intervals.
+
+        As nsqd's read deadline: the client must send something (a NOP answers
+        a heartbeat) at least every two intervals. Waiting here rather than
+        around each read keeps the read path free of timers.
+        """
+        loop = asyncio.get_running_loop()
         while True:
-            hb = self.config.heartbeat_interval_ms
+            hb = self.config.heartbeat_interval_ms / 1000
             if hb <= 0:
                 return
-            await asyncio.sleep(hb / 1000)
+            await asyncio.sleep(hb)
+            if loop.time() - self._last_active > 2 * hb:
+                log.info("client %s: nothing received for two heartbeat intervals, closing", self)
+                self.close()
+                return
             self.send(_HEARTBEAT_FRAME)
 
     # ------------------------------------------------------------------ body helpers
