@@ -155,9 +155,14 @@ class Message:
 
     ``id`` (16 hex characters), ``body``, ``attempts`` (deliveries so far,
     including this one) and ``timestamp`` (ns since the epoch, when it was put)
-    are plain attributes. ``async with msg:`` finishes the message when the
-    block succeeds and requeues it with a backoff delay when the block raises
-    (the exception propagates).
+    are plain attributes.
+
+    ``async with msg:`` finishes the message when the block succeeds. When the
+    block raises an ``Exception`` the message is requeued with a backoff delay
+    (:meth:`AckQueue.backoff`) and the exception is logged and suppressed, so an
+    ``async for msg in q: async with msg: ...`` worker keeps going; catch it
+    inside the block to handle it yourself. Cancellation and other
+    ``BaseException`` requeue at once, without delay, and propagate.
     """
 
     __slots__ = (
@@ -235,18 +240,23 @@ class Message:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+                        exc: BaseException | None, tb: TracebackType | None) -> bool:
+        failed = exc_type is not None and issubclass(exc_type, Exception)
+        if failed:
+            log.warning("message %s (attempt %d) failed; requeued", self.id, self.attempts,
+                        exc_info=(exc_type, exc, tb))  # type: ignore[arg-type]
         if self._state is not _MState.IN_FLIGHT or self._q._state is not _QState.OPEN:
             if self._state is _MState.TIMED_OUT:
                 log.warning("message %s timed out before its handler ended; it was "
                             "requeued and may be delivered again", self.id)
-            return
+            return failed
         if exc_type is None:
             await self.finish()
-        elif issubclass(exc_type, Exception):
+        elif failed:
             await self.requeue(self._q.backoff(self.attempts))
         else:  # cancelled or interrupted: not the message's fault, no delay, no await
             self._q._requeue(self, 0.0)
+        return failed
 
     def __repr__(self) -> str:
         return (f"<Message {self.id} attempts={self.attempts} {self._state.value} "
@@ -658,8 +668,8 @@ class AckQueue:
         d = self._check_delay(delay)
         e = self._release(m, _MState.REQUEUED)
         self._requeued += 1
-        if d == 0.0:
-            self._make_due(e)
+        if d == 0.0 or (self._max_attempts and e.attempts >= self._max_attempts):
+            self._make_due(e)  # out of attempts: dead-lettered now, waiting is pointless
         else:
             e.due_ns = self._clock.time_ns() + int(d * 1e9)
             self._journal.update(e)

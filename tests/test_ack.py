@@ -290,8 +290,8 @@ async def test_dead_letter_after_max_attempts(make_ack: MakeAck) -> None:
     await m.requeue()
     m = await get(q)
     assert (m.body, m.attempts) == (b"poison", 2)
-    await m.requeue()
-    m = await get(q)  # attempt 3 would exceed max_attempts: dead-lettered, next one comes
+    await m.requeue(delay=100.0)  # out of attempts: dead-lettered now, not in 100 s
+    m = await get(q)
     assert m.body == b"fine"
     await m.finish()
     dead = await asyncio.wait_for(q.dead_letters.get(), 10)
@@ -406,25 +406,45 @@ async def test_in_flight_message_after_close(make_ack: MakeAck) -> None:
     assert (m2.body, m2.attempts, m2.id) == (b"x", 2, m.id)
 
 
-async def test_async_with_finishes_or_requeues_with_backoff(make_ack: MakeAck,
-                                                            clock: ManualClock) -> None:
+async def test_async_with_finishes_or_requeues_with_backoff(
+        make_ack: MakeAck, clock: ManualClock, caplog: pytest.LogCaptureFixture) -> None:
     q = await make_ack()
     await q.put(b"ok")
     await q.put(b"bad")
     async with await get(q) as m:
         assert m.body == b"ok"
     assert q.statistics().finished == 1
-    with pytest.raises(RuntimeError, match="boom"):
-        async with await get(q) as m:
-            raise RuntimeError("boom")
+    async with await get(q) as m:
+        raise RuntimeError("boom")  # logged and suppressed: a worker loop goes on
     st = q.statistics()
     assert (st.requeued, st.deferred) == (1, 1)
+    assert "RuntimeError: boom" in caplog.text
     clock.advance(q.backoff(1) - 0.001)
     with pytest.raises(QueueEmpty):
         q.get_nowait()
     clock.advance(0.001)
     m = await get(q)
     assert (m.body, m.attempts) == (b"bad", 2)
+    assert q.backoff(2) == 2.0 and q.backoff(30) == 3600.0  # capped at max_delay
+
+
+async def test_async_with_cancelled_requeues_at_once_and_propagates(make_ack: MakeAck) -> None:
+    q = await make_ack()
+    await q.put(b"job")
+    started = asyncio.Event()
+
+    async def handler() -> None:
+        async with await get(q):
+            started.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(handler())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    m = q.get_nowait()
+    assert (m.body, m.attempts) == (b"job", 2)
 
 
 # ---------------------------------------------------------------- reopen
