@@ -22,21 +22,26 @@ fsyncs the log, (4) syncs the data queue. Commits follow ``sync_every`` (puts,
 takes, finishes and requeues count) and ``sync_interval``, like the core.
 
 Between commits the log runs ahead of the data queue: records are written as
-soon as the log's I/O thread is free. Every take carries the next ``fetch_seq``
-and the log is written in order, so on open the messages of the data queue up
-to the last commit's position and then ``fetch_seq - commit_seq`` more are
-exactly those the log already accounts for: they are skipped, the rest of the
-data queue is new. Nothing is lost in either order of the two stores' writes.
+soon as the log's I/O thread is free, in the order of the takes. On open, the
+data queue's messages up to the last commit's position, then ``fetch_seq -
+commit_seq`` more, are exactly those the log accounts for (alive, or finished);
+they are skipped, the rest of the data queue is new. So a SIGKILL loses nothing
+whichever of the two stores was written last, and anything the log holds (a
+finish, a requeue's due time, a delivery's attempt) survives it even before
+the next commit. With ``sync_every=1`` a finish, requeue or deferred put waits
+only for the log's fsync; a put of a ready message waits for a commit (the data
+queue's fsync).
 
-After a crash: entries due "at once" (in flight, or due) are delivered first,
-deferred ones keep their due time (stored as wall-clock ns), attempts stored
-in the log count every delivery that reached the log. Only in-flight messages,
-the deadline heap and a small index of deferred ones are in memory; deferred
-bodies stay on disk until due.
+A message taken and finished before its ``E`` record was written never has its
+body written twice: its ``D`` record carries the ``fetch_seq`` instead. The
+log's space is reclaimed by deleting and compacting whole segments (see
+:mod:`._ack_journal`). In memory: messages in flight, the deadline heap, and an
+index of deferred entries (their bodies stay on disk until due).
 
 Deadlines: one timer (``Clock.call_at``) armed for the earliest of the in-flight
-deadline heap and the deferred heap; entries are invalidated lazily and a heap
-is rebuilt when more than half of it is stale.
+deadline heap and the deferred heap; items are invalidated lazily and a heap is
+rebuilt when more than half of it is stale. ``attempts`` follow nsqd: a record
+stores the deliveries so far and a delivery reports one more.
 """
 
 from __future__ import annotations
@@ -650,13 +655,18 @@ class AckQueue:
         m._state = state
         del self._in_flight[e.key]
         e.msg = None
+        self._trim_deadlines()
+        self._count_op()
+        self._wake_getters(1)
+        return e
+
+    def _trim_deadlines(self) -> None:
+        # Stale items (released or touched messages) are dropped lazily; rebuild
+        # once they are more than half the heap, so it stays O(in flight).
         if len(self._deadlines) > 2 * len(self._in_flight) + 1024:
             self._deadlines = [(x._deadline, next(self._tiebreak), x, x._gen)
                                for x in self._in_flight.values()]
             heapq.heapify(self._deadlines)
-        self._count_op()
-        self._wake_getters(1)
-        return e
 
     def _finish(self, m: Message) -> None:
         e = self._release(m, _MState.FINISHED)
@@ -685,6 +695,7 @@ class AckQueue:
             m._deadline = deadline
             m._gen += 1
             heapq.heappush(self._deadlines, (deadline, next(self._tiebreak), m, m._gen))
+            self._trim_deadlines()
             if self._timer_when is None or deadline < self._timer_when:
                 self._arm()
 

@@ -666,3 +666,29 @@ async def test_second_open_is_locked(make_ack: MakeAck) -> None:
     await make_ack()
     with pytest.raises(QueueLocked):
         await make_ack()
+
+
+async def test_go_diskqueue_fixture_opens_as_ack_queue(tmp_path: Path, copy_fixture: Any,
+                                                       make_ack: MakeAck) -> None:
+    # partial: 1000 messages written by go-diskqueue, 150 consumed, read position mid-file.
+    copy_fixture("partial", tmp_path)
+    q = await make_ack(name="partial", max_bytes_per_file=1024, max_in_flight=2000)
+    bodies = [(await get(q)).body for _ in range(850)]
+    assert bodies == [b"msg-%05d-" % i + b"x" * (i % 50) for i in range(150, 1000)]
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+
+
+async def test_touch_many_times_keeps_the_heap_small(make_ack: MakeAck,
+                                                     clock: ManualClock) -> None:
+    q = await make_ack(msg_timeout=10.0, max_msg_timeout=1e9)
+    await q.put(b"t")
+    m = await get(q)
+    for _ in range(5000):
+        clock.advance(1.0)
+        await m.touch()
+    assert len(q._deadlines) <= 2 * 1 + 1024 + 1
+    clock.advance(9.999)
+    assert m.in_flight
+    clock.advance(0.001)
+    assert not m.in_flight
