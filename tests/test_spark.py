@@ -7,7 +7,9 @@ seconds). Every test works on copies in ``tmp_path``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -501,7 +503,8 @@ def test_stream_write_appends_each_batch_once(spark: SparkSession, tmp_path: Pat
     run()
     # The source did not consume, so the batch can be planned again below.
     lay = Layout(str(qdir), "dst")
-    assert committed_batch(lay, str(ck)) == 2
+    query_id = json.loads((ck / "metadata").read_text().splitlines()[0])["id"]
+    assert committed_batch(lay, f"{ck}#{query_id}") == 2
     # The sink appended batch 2, then the commit log entry was lost: Spark runs the batch
     # again with the same id, and the sink must not append it twice.
     (ck / "commits" / "2").unlink()
@@ -509,7 +512,12 @@ def test_stream_write_appends_each_batch_once(spark: SparkSession, tmp_path: Pat
     run()
     meta = load_meta(lay.meta_path)
     assert meta is not None and meta.depth == 900
-    assert asyncio.run(drain(qdir, "dst")) == items
+    # A new checkpoint in the same place is a new query: its batch 0 is not a replay.
+    shutil.rmtree(ck)
+    run()
+    meta = load_meta(lay.meta_path)
+    assert meta is not None and meta.depth == 1800
+    assert asyncio.run(drain(qdir, "dst")) == items + items
 
 
 def test_meta_round_trip_sanity() -> None:

@@ -274,6 +274,12 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int) -> bool:
     nothing. Returns whether the meta file was changed. Raises DiskQueueError
     if a live process holds the queue's lock.
     """
+    try:
+        current = load_meta(layout.meta_path)
+    except ValueError:
+        current = None
+    if current is not None and end <= current.read:
+        return False  # already released: no lock needed, so an open DiskQueue is no obstacle
     lock = _lock(layout, "consume")
     try:
         segs = layout.segments()

@@ -86,6 +86,7 @@ class SourceOptions:
     max_bytes_per_trigger: int | None = None
     arrow: bool = True
     writer_id: str | None = None
+    checkpoint_location: str | None = None
 
     @property
     def nsq(self) -> bool:
@@ -133,7 +134,6 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     if max_size > 2**31 - 1:
         raise OptionError("maxMsgSize", f"must be < 2**31, got {max_size}")
     arrow_raw = _get(opts, "arrow")
-    writer_id = _get(opts, "writerId") or _get(opts, "checkpointLocation")
     result = SourceOptions(
         path=path,
         name=name,
@@ -147,7 +147,8 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
         max_bytes_per_trigger=_int(opts, "maxBytesPerTrigger", None, 1),
         arrow=True if arrow_raw is None else _bool(opts, "arrow"),
-        writer_id=writer_id,
+        writer_id=_get(opts, "writerId"),
+        checkpoint_location=_get(opts, "checkpointLocation"),
     )
     return result
 

@@ -37,7 +37,6 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .._layout import Layout
-from .._meta import load_meta
 from ._files import Pos, QueueView, advance, release, select_queues, spans_between, view_queue
 from ._options import SourceOptions
 from ._reader import QueuePartition, group_spans, read_partition
@@ -181,12 +180,5 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _release_started(self, start: Offset) -> None:
         # See the module docstring for why ``start`` is already in the sink.
         for queue, value in sorted(start.items()):
-            layout = self._layout(queue)
-            try:
-                meta = load_meta(layout.meta_path)
-            except ValueError:
-                meta = None
-            pos = _pos(value)
-            if meta is not None and pos <= meta.read:
-                continue  # already released: no lock needed
-            release(layout, pos, self.options.min_msg_size, self.options.max_msg_size)
+            release(self._layout(queue), _pos(value), self.options.min_msg_size,
+                    self.options.max_msg_size)

@@ -15,12 +15,14 @@ Commit protocol (batch and streaming):
 
 A streaming sink also records, after the meta, the last batch id it appended
 (``NAME.diskqueue.spark-sink.json``, replaced atomically), keyed by the
-``writerId`` option or else the query's checkpoint location; a replayed batch
-id is not appended again.
+``writerId`` option or else the query's checkpoint location and query id; a
+replayed batch id is not appended again. A driver crash between the meta and
+that record would append the replayed batch a second time.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -184,7 +186,31 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
 
     def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite)
-        self.writer_id = options.writer_id or "default"
+        if options.writer_id is None and options.checkpoint_location is None:
+            raise OptionError(
+                "writerId",
+                "is required when the query's checkpointLocation is not an option of the "
+                "sink: it tells this query's batch ids from another query's",
+            )
+        self._key: str | None = options.writer_id
+
+    def writer_key(self) -> str:
+        """Whose batch ids these are: ``writerId``, or else the checkpoint and query id.
+
+        A query keeps its id (``metadata`` in the checkpoint) across restarts, and a
+        new checkpoint at the same place gets a new one, so its batch 0 is not mistaken
+        for a replay of the old query's batch 0.
+        """
+        if self._key is None:
+            ck = self.options.checkpoint_location or ""
+            local = ck.removeprefix("file:")
+            try:
+                with open(os.path.join(local, "metadata"), "rb") as f:
+                    query_id = json.loads(f.readline()).get("id")
+            except (OSError, ValueError, AttributeError):
+                query_id = None
+            self._key = f"{ck}#{query_id}" if query_id else ck
+        return self._key
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows of the current micro-batch."""
@@ -194,7 +220,7 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
         """Link the batch's files, unless batch ``batchId`` was already appended."""
         try:
             link(self.layout, _files(messages), self.options.min_msg_size,
-                 self.options.max_msg_size, (self.writer_id, batchId))
+                 self.options.max_msg_size, (self.writer_key(), batchId))
         finally:
             # The staging directory is the query's, shared by its next batches: no end mark.
             self._cleanup(messages, final=False)
