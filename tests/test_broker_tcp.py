@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import random
 import struct
 
 import pytest
@@ -390,3 +392,28 @@ async def test_silent_client_is_closed_after_two_heartbeats(
         heartbeats += 1
     assert 1 <= heartbeats <= 3
     await eventually(lambda: not broker.tcp.connections)
+
+
+async def test_random_garbage_never_hurts_the_server(
+    broker: BrokerServer, raw_clients: list[RawClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aiodiskqueue.broker")
+    rng = random.Random(1234)
+    keeper = await connect(broker.tcp_port, raw_clients)
+    await keeper.pub("fuzz", b"kept")
+    commands = [b"PUB", b"MPUB", b"DPUB", b"SUB", b"RDY", b"FIN", b"REQ", b"TOUCH", b"IDENTIFY",
+                b"NOP", b"CLS", b"AUTH"]
+    for _ in range(40):
+        junk = rng.choice(commands) + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
+        junk += b"\n" + bytes(rng.randrange(256) for _ in range(rng.randrange(0, 16)))
+        c = await RawClient.connect(broker.tcp_port)
+        c.writer.write(junk)
+        await c.writer.drain()
+        await c.close()
+    await keeper.pub("fuzz", b"still accepted")
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("fuzz", "ch", rdy=2)
+    got = sorted([(await c.read()).body for _ in range(2)])
+    assert got == [b"kept", b"still accepted"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # no unexpected error
+    assert any("E_INVALID" in r.getMessage() or "E_BAD" in r.getMessage() for r in caplog.records)
