@@ -8,11 +8,21 @@ Run it with ``python -m aiodiskqueue.broker --data-dir D --tcp-port 4150
 
 It speaks NSQ's TCP protocol V2 (``IDENTIFY`` with feature negotiation,
 ``SUB``, ``PUB``, ``MPUB``, ``DPUB``, ``RDY``, ``FIN``, ``REQ``, ``TOUCH``,
-``NOP``, ``CLS``, heartbeats, nsqd's error codes) and the HTTP API clients
-and tools use (``/ping``, ``/info``, ``/pub``, ``/mpub``, ``/stats``,
-``/topic/*``, ``/channel/*``). TLS, snappy, deflate, AUTH and nsqlookupd
-registration are not offered; IDENTIFY answers ``false`` for them, and
-clients stay on the plain stream.
+``NOP``, ``CLS``, heartbeats and the idle deadline, ``sample_rate``, nsqd's
+error codes, fatal or not as in nsqd) and the HTTP API clients and tools use
+(``/ping``, ``/info``, ``/pub``, ``/mpub`` in text and binary mode,
+``/stats?format=json``, ``/topic/{create,delete,empty,pause,unpause}``,
+``/channel/{create,delete,empty,pause,unpause}``). ``#ephemeral`` topics and
+channels are left out of the metadata and deleted with their last client.
+
+Not offered: TLS, snappy, deflate (IDENTIFY answers ``false``, clients stay
+on the plain stream), AUTH (``E_AUTH_DISABLED``), nsqlookupd registration.
+Known differences from nsqd: a client's IDENTIFY ``msg_timeout`` is checked
+but the broker's ``--msg-timeout`` applies (AckQueue has no per-delivery
+timeout; IDENTIFY reports the one that applies); channel names ending in
+``.dead`` are refused (that suffix names dead-letter queues); emptying a
+channel keeps its deferred messages; an ephemeral channel's messages are on
+disk while it exists.
 
 Storage and durability
 ----------------------
