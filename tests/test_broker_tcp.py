@@ -8,6 +8,7 @@ import logging
 import os
 import random
 import struct
+from pathlib import Path
 
 import pytest
 from test_broker_support import (
@@ -22,6 +23,7 @@ from test_broker_support import (
     raw_clients,
 )
 
+from aiodiskqueue import DiskQueue
 from aiodiskqueue.broker import BrokerServer
 
 __all__ = ["broker", "make_broker", "raw_clients"]  # fixtures used by the tests below
@@ -417,3 +419,22 @@ async def test_random_garbage_never_hurts_the_server(
     assert got == [b"kept", b"still accepted"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # no unexpected error
     assert any("E_INVALID" in r.getMessage() or "E_BAD" in r.getMessage() for r in caplog.records)
+
+
+async def test_serves_a_channel_queue_in_nsqd_layout(
+    tmp_path: Path, make_broker: MakeBroker, raw_clients: list[RawClient]
+) -> None:
+    # A channel queue as nsqd leaves it on disk: a diskqueue named "topic:channel"
+    # whose payloads are nsqd's message layout (here with 3 earlier attempts).
+    data = tmp_path / "data"
+    async with DiskQueue(data, "legacy:ch") as q:
+        for i in range(3):
+            await q.put(struct.pack(">qH", 1_600_000_000_000_000_000 + i, 3) + b"%016x" % i + b"old %d" % i)
+    (data / "broker.meta.json").write_text(json.dumps(
+        {"topics": [{"name": "legacy", "paused": False, "channels": [{"name": "ch", "paused": False}]}]}))
+    broker = await make_broker()
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("legacy", "ch", rdy=3)
+    got = [await c.read() for _ in range(3)]
+    assert [(m.body, m.msg_id, m.attempts, m.timestamp) for m in got] == [
+        (b"old %d" % i, b"%016x" % i, 4, 1_600_000_000_000_000_000 + i) for i in range(3)]
