@@ -1,0 +1,171 @@
+"""The file layer under the Spark data source (no SparkSession needed): views, limits,
+consuming, staged writes and linking, checked against the core ``DiskQueue``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import CopyFixture
+from helpers_format import fixture_msg, oversize_msg
+
+from aiodiskqueue import DiskQueue, DiskQueueError, QueueLocked
+from aiodiskqueue._layout import Layout
+from aiodiskqueue._lock import QueueLock
+from aiodiskqueue._meta import load_meta
+from aiodiskqueue.spark._files import (
+    STALE_SECONDS,
+    StagedWriter,
+    advance,
+    committed_batch,
+    link,
+    release,
+    spans_between,
+    sweep_staging,
+    view_queue,
+)
+
+pytestmark = pytest.mark.spark
+
+MAX = 1 << 20
+
+
+async def drain(directory: Path, name: str) -> list[bytes]:
+    out: list[bytes] = []
+    async with DiskQueue(directory, name, max_msg_size=MAX) as q:
+        while not q.empty():
+            out.append(await q.get())
+        assert q.statistics().bad_files == 0
+    return out
+
+
+def stage(tmp_path: Path, payloads: list[bytes], max_bytes: int = 1024) -> list:
+    w = StagedWriter(str(tmp_path / "staging"), max_bytes)
+    w.write(payloads)
+    return w.close()
+
+
+def append(path: str, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def segment_bytes(directory: Path, name: str) -> list[bytes]:
+    lay = Layout(str(directory), name)
+    return [Path(p).read_bytes() for _, p in sorted(lay.segments().items())]
+
+
+async def test_staged_files_match_what_diskqueue_writes(tmp_path: Path) -> None:
+    items = [fixture_msg(i) for i in range(300)] + [b"z" * 1500, b"", b"a"]
+    async with DiskQueue(tmp_path / "core", "q", max_bytes_per_file=1024) as q:
+        await q.put_many(items)
+    files = stage(tmp_path, items)
+    assert [Path(f.path).read_bytes() for f in files] == segment_bytes(tmp_path / "core", "q")
+    assert sum(f.records for f in files) == len(items)
+
+
+@pytest.mark.parametrize("name", ["fixture", "empty", "emptied", "oversize"])
+async def test_link_appends_after_go_fixture(copy_fixture: CopyFixture, tmp_path: Path,
+                                             name: str) -> None:
+    qdir = tmp_path / "q"
+    copy_fixture(name, qdir)
+    old = {"fixture": [fixture_msg(i) for i in range(137, 1000)],
+           "oversize": [oversize_msg(i) for i in range(9)]}.get(name, [])
+    new = [b"new-%d" % i for i in range(100)]
+    meta = link(Layout(str(qdir), name), stage(tmp_path, new, 300), 0, MAX)
+    assert meta is not None and meta.depth == len(old) + len(new)
+    assert not list((tmp_path / "staging").iterdir())
+    assert await drain(qdir, name) == old + new
+
+
+async def test_link_keeps_recovered_tail_and_drops_torn_record(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=64) as q:
+        await q.put_many([b"old-%d" % i for i in range(5)])
+    lay = Layout(str(tmp_path), "q")
+    meta = load_meta(lay.meta_path)
+    assert meta is not None
+    # Written after the last meta sync by a process that then died mid-record:
+    # 2 whole records (4+6 bytes each) and 7 bytes of a torn one.
+    append(lay.segment_path(meta.write_file_num),
+           b"\x00\x00\x00\x06tail-0\x00\x00\x00\x06tail-1\x00\x00\x00\x06tai")
+    link(lay, stage(tmp_path, [b"new-0", b"new-1"]), 0, MAX)
+    assert await drain(tmp_path, "q") == (
+        [b"old-%d" % i for i in range(5)] + [b"tail-0", b"tail-1", b"new-0", b"new-1"])
+
+
+def test_link_replayed_batch_is_skipped(tmp_path: Path) -> None:
+    lay = Layout(str(tmp_path / "q"), "q")
+    assert link(lay, stage(tmp_path, [b"a"]), 0, MAX, ("w", 0)) is not None
+    assert link(lay, stage(tmp_path, [b"b"]), 0, MAX, ("w", 1)) is not None
+    assert link(lay, stage(tmp_path, [b"b"]), 0, MAX, ("w", 1)) is None
+    assert link(lay, stage(tmp_path, [b"c"]), 0, MAX, ("other", 0)) is not None
+    assert committed_batch(lay, "w") == 1 and committed_batch(lay, "other") == 0
+    meta = load_meta(lay.meta_path)
+    assert meta is not None and meta.depth == 3
+
+
+def test_link_to_locked_queue_names_queue_and_pid(tmp_path: Path) -> None:
+    lay = Layout(str(tmp_path), "held")
+    lock = QueueLock(lay.lock_path)
+    lock.acquire()
+    try:
+        files = stage(tmp_path, [b"x"])
+        with pytest.raises(QueueLocked, match=rf"append to queue 'held'.*process {os.getpid()}"):
+            link(lay, files, 0, MAX)
+        assert Path(files[0].path).exists()  # the caller's abort removes it
+        assert not Path(lay.meta_path).exists()
+    finally:
+        lock.release()
+
+
+async def test_release_consumes_and_deletes_segments(tmp_path: Path) -> None:
+    items = [b"r%03d" % i for i in range(100)]  # 8 bytes per record
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=80) as q:
+        await q.put_many(items)
+    lay = Layout(str(tmp_path), "q")
+    view = view_queue(lay, 0, MAX)
+    pos, rows, nbytes = advance(view, view.spans, 35, None, 0, MAX)
+    # 35 records: files 0..2 hold 10 each, so the position is 5 records into file 3.
+    assert (pos, rows, nbytes) == ((3, 40), 35, 280)
+    assert release(lay, pos, 0, MAX) is True
+    assert release(lay, pos, 0, MAX) is False  # idempotent
+    assert min(lay.segments()) == 3
+    meta = load_meta(lay.meta_path)
+    assert meta is not None and meta.depth == 65 and meta.read == (3, 40)
+    assert await drain(tmp_path, "q") == items[35:]
+
+
+async def test_advance_moves_a_file_end_to_the_next_file(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=80) as q:
+        await q.put_many([b"r%03d" % i for i in range(30)])
+    view = view_queue(Layout(str(tmp_path), "q"), 0, MAX)
+    assert advance(view, view.spans, 10, None, 0, MAX)[0] == (1, 0)
+    assert advance(view, view.spans, None, 85, 0, MAX)[:2] == ((1, 0), 10)
+    assert advance(view, view.spans, None, None, 0, MAX)[:2] == ((2, 80), 30)
+    assert advance(view, [], 5, None, 0, MAX) == (None, 0, 0)
+
+
+async def test_spans_between_reports_a_vanished_segment(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=80) as q:
+        await q.put_many([b"r%03d" % i for i in range(30)])
+    lay = Layout(str(tmp_path), "q")
+    view = view_queue(lay, 0, MAX)
+    assert [(s.num, s.start, s.stop) for s in spans_between(view, (0, 40), (2, 16))] == [
+        (0, 40, 80), (1, 0, 80), (2, 0, 16)]
+    os.remove(lay.segment_path(1))
+    view = view_queue(lay, 0, MAX)
+    with pytest.raises(DiskQueueError, match=r"q\.diskqueue\.000001\.dat is gone"):
+        spans_between(view, (0, 40), (2, 16))
+
+
+def test_sweep_removes_only_stale_staging(tmp_path: Path) -> None:
+    lay = Layout(str(tmp_path), "q")
+    parent = tmp_path / ".spark-staging" / "q"
+    (parent / "old-job").mkdir(parents=True)
+    (parent / "old-job" / "x.dat").write_bytes(b"stale")
+    (parent / "new-job").mkdir()
+    old = os.stat(parent / "old-job").st_mtime - STALE_SECONDS - 10
+    os.utime(parent / "old-job", (old, old))
+    sweep_staging(lay)
+    assert sorted(p.name for p in parent.iterdir()) == ["new-job"]
