@@ -14,7 +14,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+try:
+    from aiohttp import web
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "aiodiskqueue.broker needs aiohttp for its HTTP API: "
+        "pip install 'asyncio-diskqueue[broker]' (or pip install aiohttp)"
+    ) from exc
 
 from ..errors import DiskQueueError
 from ._broker import Broker
