@@ -117,7 +117,8 @@ FAKE_RUN = textwrap.dedent("""
                              "producers": producers, "loop": "asyncio",
                              "rate_median": rate, "rate_min": rate * 0.9,
                              "rate_max": rate * 1.1,
-                             "guarantee": "quick" if quick else "full"})
+                             "guarantee": "quick" if quick else "full",
+                             "argv": sys.argv[1:]})
     with open(os.path.join(here, "results", "latest.json"), "w") as f:
         json.dump(rows, f)
     print("benchmarks done")
@@ -159,6 +160,28 @@ def test_bench_json_from_existing_results(fake_bench: Path) -> None:
               "--json")
     rows = json.loads(res.stdout)
     assert len(rows) == 12 and rows[0]["guarantee"] == "full"
+
+
+def test_bench_passes_further_arguments_to_the_suite(fake_bench: Path) -> None:
+    res = cli("bench", "--bench-dir", fake_bench, "--json", "--", "--only", "put")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["argv"] == ["--only", "put"]
+
+
+def test_bench_runs_the_real_suite(tmp_path: Path) -> None:
+    out = tmp_path / "latest.json"
+    chart = tmp_path / "chart.png"
+    res = cli("bench", "--quick", "--results", out, "--plot", chart, "--",
+              "--only", "put", "--systems", "ours", "--sizes", "64,1024", "--reps", "1",
+              "--loop", "asyncio", "--messages", "1000")
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["size"] for r in rows} == {64, 1024}
+    for r in rows:
+        assert {"workload", "system", "size", "producers", "loop", "rate_median", "rate_min",
+                "rate_max", "guarantee"} <= set(r)
+    assert len(res.stdout.splitlines()) == 1 + len(rows)
+    assert chart.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bench_without_a_checkout_fails_clearly(tmp_path: Path) -> None:
