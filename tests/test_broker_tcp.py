@@ -102,7 +102,8 @@ async def test_rdy_bounds_in_flight(broker: BrokerServer, raw_clients: list[RawC
     # With RDY 2 and two in flight, nothing more comes until one is finished.
     c.send(b"NOP")
     await p.pub("rdy", b"probe")
-    assert broker.broker.stats("rdy", "ch")["topics"][0]["channels"][0]["clients"][0]["in_flight_count"] == 2
+    stats = channel_stats(broker, "rdy", "ch")
+    assert (stats["clients"][0]["in_flight_count"], stats["in_flight_count"], stats["depth"]) == (2, 2, 2)
     c.send(b"FIN " + m1.msg_id)
     m3 = await c.read()
     assert m3.is_message and m3.body in (b"2", b"probe")

@@ -486,7 +486,8 @@ class Connection:
             "remote_address": self.remote_address,
             "state": int(self.state),
             "ready_count": self.rdy,
-            "in_flight_count": len(self.in_flight),
+            # Not len(): deliveries the store took back at their deadline are gone.
+            "in_flight_count": sum(1 for d in self.in_flight.values() if d.in_flight),
             "message_count": self.message_count,
             "finish_count": self.finish_count,
             "requeue_count": self.requeue_count,
