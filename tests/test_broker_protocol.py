@@ -162,6 +162,7 @@ def test_identify_feature_negotiation_json() -> None:
     assert data["auth_required"] is False
     assert cfg.msg_timeout_ms == 2000
     assert cfg.heartbeat_interval_ms == 0  # -1 disables heartbeats
+    assert data["heartbeat_interval"] == -1
 
 
 def test_identify_defaults_when_zero() -> None:

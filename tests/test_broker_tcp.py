@@ -39,6 +39,7 @@ async def test_identify_feature_negotiation(broker: BrokerServer, raw_clients: l
     assert data["msg_timeout"] == 60_000
     assert data["max_rdy_count"] == 2500
     assert data["max_msg_timeout"] == 900_000
+    assert data["heartbeat_interval"] == 2000
     assert data["tls_v1"] is False and data["snappy"] is False and data["deflate"] is False
 
 

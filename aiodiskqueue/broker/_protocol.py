@@ -270,6 +270,9 @@ def negotiate(body: bytes, limits: Limits, *, client_msg_timeout: bool = True) -
         "version": VERSION,
         "max_msg_timeout": limits.max_msg_timeout_ms,
         "msg_timeout": msg_timeout,
+        # Not in nsqd's answer; clients ignore unknown fields, and it tells the
+        # client which interval (ms, -1 = disabled) was applied.
+        "heartbeat_interval": heartbeat if heartbeat > 0 else -1,
         "tls_v1": False,
         "deflate": False,
         "deflate_level": 0,
