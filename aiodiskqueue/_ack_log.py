@@ -98,7 +98,7 @@ class AckLog:
         self.directory = directory
         self.name = name
         self.segment_bytes = segment_bytes
-        self._pattern = re.compile(re.escape(name) + r"\.ack\.(\d{6})\.log$")
+        self._pattern = re.compile(re.escape(name) + r"\.ack\.(\d{6,})\.log$")
         self.active = 0
         self.size = 0
         self.sizes: dict[int, int] = {}
