@@ -692,3 +692,35 @@ async def test_touch_many_times_keeps_the_heap_small(make_ack: MakeAck,
     assert m.in_flight
     clock.advance(0.001)
     assert not m.in_flight
+
+
+async def test_crash_between_log_fsync_and_data_sync(make_ack: MakeAck, tmp_path: Path) -> None:
+    """A commit cut after its head record is durable but before the data queue's meta."""
+    from aiodiskqueue._ack_codec import head_record
+
+    q = await make_ack(max_in_flight=100)
+    for i in range(10):
+        await q.put(b"%d" % i)
+    await q.sync()
+    taken = [await get(q) for _ in range(4)]
+    for m in taken[:2]:
+        await m.finish()
+    before = data_meta_read(tmp_path)
+    # The first steps of a commit, as _commit_now does them, without the data queue's sync.
+    st = q.statistics().queue
+    q._journal.head(head_record(q._fetch_seq, q._fetch_seq, st.read_file_num, st.read_pos,
+                                q._journal.next_key))
+    await q._hop(True)
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    for f in tmp_path.iterdir():
+        if f.is_file():
+            (snap / f.name).write_bytes(f.read_bytes())
+    assert data_meta_read(snap) == before
+    q2 = await make_ack(directory=snap)
+    got = []
+    while q2.qsize():
+        m = await get(q2)
+        got.append((m.body, m.attempts))
+        await m.finish()
+    assert sorted(got) == sorted([(b"2", 2), (b"3", 2)] + [(b"%d" % i, 1) for i in range(4, 10)])
