@@ -18,7 +18,7 @@ the last message received (and FIN sent). Rows:
 ``broker ansq``      ansq (PyPI) publishers and consumers.
 ``broker ansq mpub`` ansq publishers sending ``MPUB`` of 100.
 
-    python bench/bench_broker.py --messages 20000 --publishers 4 --consumers 4
+    python bench/bench_broker.py --messages 20000 --publishers 4 --consumers 4 [--uvloop]
 
 The broker and the clients share the machine's cores: the figures are
 end-to-end system throughput on one host, not the broker's ceiling.
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import select
 import struct
 import subprocess
@@ -89,11 +88,11 @@ def _split(n: int, parts: int) -> list[int]:
 class BrokerProcess:
     """``python -m aiodiskqueue.broker`` on ephemeral ports in a temporary directory."""
 
-    def __init__(self, sync_every: int) -> None:
+    def __init__(self, sync_every: int, *extra: str) -> None:
         self.dir = tempfile.TemporaryDirectory()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aiodiskqueue.broker", "--data-dir", self.dir.name,
-             "--tcp-port", "0", "--http-port", "0", "--sync-every", str(sync_every)],
+             "--tcp-port", "0", "--http-port", "0", "--sync-every", str(sync_every), *extra],
             stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None
@@ -272,7 +271,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
         print(f"{name:22} {n:8d} msgs {secs:8.2f} s {n / secs:10.0f} msg/s", file=sys.stderr)
 
     add("library", await run_library(n, size, pubs, cons, args.sync_every))
-    broker = BrokerProcess(args.sync_every)
+    broker = BrokerProcess(args.sync_every, *(["--uvloop"] if args.uvloop else []))
     try:
         variants: list[tuple[str, Publisher, Consumer]] = [
             ("broker raw", lambda p, t, k, b: raw_publisher(p, t, k, b, 1), raw_consumer),
@@ -296,9 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--consumers", type=int, default=4)
     p.add_argument("--rdy", type=int, default=100)
     p.add_argument("--sync-every", type=int, default=2500)
+    p.add_argument("--uvloop", action="store_true",
+                   help="run the broker, the clients and the library row on uvloop")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    rows = asyncio.run(main_async(args))
+    if args.uvloop:
+        import uvloop
+
+        rows = uvloop.run(main_async(args))
+    else:
+        rows = asyncio.run(main_async(args))
     anchor = rows[0][2]
     if args.json:
         print(json.dumps([{"row": r, "seconds": s, "msgs_per_s": m, "vs_library": m / anchor}
@@ -314,8 +320,8 @@ def main(argv: list[str] | None = None) -> int:
 def n_desc(args: argparse.Namespace) -> str:
     """One line describing the workload."""
     return (f"{args.messages} messages of {args.size} B, {args.publishers} publishers, "
-            f"{args.consumers} consumers (RDY {args.rdy}), sync_every={args.sync_every}, "
-            f"pid {os.getpid()}")
+            f"{args.consumers} consumers (RDY {args.rdy}), sync_every={args.sync_every}"
+            + (", uvloop" if args.uvloop else ", asyncio loop"))
 
 
 if __name__ == "__main__":

@@ -174,3 +174,19 @@ async def test_kill_at_random_moments_under_load(
     seen = await _drain(tcp, raw_clients, "load", acked - finished)
     assert acked - finished <= set(seen)
     assert set(seen) <= sent  # nothing that was never published
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_command_line_broker_serves_and_stops_on_sigterm(
+    tmp_path: Path, procs: list[subprocess.Popen[str]], raw_clients: list[RawClient], loop: str
+) -> None:
+    tcp, _ = _start(tmp_path / "data", procs, *(["--uvloop"] if loop == "uvloop" else []))
+    c = await _client(tcp, raw_clients)
+    await c.sub("cli", "c")
+    await c.pub("cli", b"hello")
+    m = await c.read()
+    assert m.body == b"hello"
+    c.send(b"FIN " + m.msg_id)
+    await _barrier(c)
+    procs[-1].send_signal(signal.SIGTERM)
+    assert procs[-1].wait(timeout=TIMEOUT) == 0  # a clean shutdown

@@ -26,6 +26,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sync-every", type=int, default=2500, help="fsync every N operations")
     p.add_argument("--sync-interval", type=float, default=2.0, help="fsync at least every T s")
     p.add_argument("--max-msg-size", type=int, default=1 << 20, help="largest message, bytes")
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop (the uvloop extra)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -55,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(args))
+    if args.uvloop:
+        import uvloop
+
+        uvloop.run(serve(args))
+    else:
+        asyncio.run(serve(args))
     return 0
 
 
