@@ -55,6 +55,7 @@ import math
 import os
 import warnings
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, final
@@ -177,13 +178,14 @@ class Message:
         "_gen",
         "_q",
         "_state",
+        "_timeout",
         "attempts",
         "body",
         "id",
         "timestamp",
     )
 
-    def __init__(self, q: AckQueue, entry: Entry, now: float) -> None:
+    def __init__(self, q: AckQueue, entry: Entry, now: float, timeout: float) -> None:
         self.id: str = entry.msg_id.decode("latin-1")
         self.body: bytes = entry.body or b""
         self.attempts: int = entry.attempts
@@ -192,7 +194,8 @@ class Message:
         self._entry = entry
         self._state = _MState.IN_FLIGHT
         self._delivered_at = now
-        self._deadline = now + q._msg_timeout
+        self._timeout = timeout
+        self._deadline = now + timeout
         self._gen = 0
 
     @property
@@ -234,7 +237,7 @@ class Message:
             await q._wait_log_sync()
 
     async def touch(self) -> None:
-        """NSQ TOUCH: deadline = now + ``msg_timeout``, but never past delivery + ``max_msg_timeout``.
+        """NSQ TOUCH: deadline = now + the delivery's ``msg_timeout``, capped at delivery + ``max_msg_timeout``.
 
         Raises MessageNotInFlight if the message is not in flight any more,
         QueueClosed if the queue was closed.
@@ -372,6 +375,7 @@ class AckQueue:
         self._getters: deque[asyncio.Future[None]] = deque()
         self._sync_waiters: list[asyncio.Future[None]] = []  # need a commit
         self._log_waiters: list[asyncio.Future[None]] = []  # need the log fsynced
+        self._purge_waiters: list[asyncio.Future[None]] = []
         self._wake: asyncio.Future[None] | None = None
         self._fetch_task: asyncio.Task[None] | None = None
         self._paused = False
@@ -530,6 +534,46 @@ class AckQueue:
             # needs the log fsynced, nothing more.
             await (self._wait_commit() if d == 0.0 else self._wait_log_sync())
 
+    async def put_many(self, bodies: Iterable[bytes | bytearray | memoryview], *,
+                       delay: float = 0.0) -> None:
+        """Publish every body, in order, as one batch (NSQ MPUB); all share ``delay``.
+
+        Every body is checked first: if one is invalid, nothing is put.
+
+        Raises as :meth:`put` does.
+        """
+        datas = [_as_bytes(b) for b in bodies]
+        d = self._check_delay(delay)
+        self._check_open()
+        extra = NSQ_MIN_SIZE if self._nsq else 0
+        for data in datas:
+            size = len(data) + extra
+            if size < self._min_size or size > self._max_size:
+                raise MessageSizeError(size, self._min_size, self._max_size)
+        if not datas:
+            return
+        if d == 0.0:
+            if self._nsq:
+                now = self._clock.time_ns()
+                datas = [encode_nsq(now, 0, self._ids.next(), b) for b in datas]
+            await self._data.put_many(datas)
+        else:
+            wall = self._clock.time_ns()
+            due = wall + int(d * 1e9)
+            when = self._clock.monotonic() + d
+            for data in datas:
+                e = Entry(self._journal.new_key(), 0, due, 0, self._ids.next(), wall, data)
+                self._journal.add(e)
+                self._defer(e, when)
+            self._arm()
+            fut = self._journal.wait_written()
+            self._kick()
+            await fut
+        for _ in datas:
+            self._count_op()
+        if self._sync_every == 1:
+            await (self._wait_commit() if d == 0.0 else self._wait_log_sync())
+
     def _check_delay(self, delay: object) -> float:
         d = _number("delay", delay, positive=False)
         if d > self._max_delay:
@@ -538,27 +582,34 @@ class AckQueue:
 
     # ------------------------------------------------------------------ get
 
-    def get_nowait(self) -> Message:
+    def get_nowait(self, *, msg_timeout: float | None = None) -> Message:
         """Deliver a message that is ready in memory, without waiting.
 
+        ``msg_timeout`` as for :meth:`get`.
+
         Raises QueueEmpty if none is ready or ``max_in_flight`` is reached,
-        QueueClosed if the queue is not open.
+        QueueClosed if the queue is not open, ValueError for a bad ``msg_timeout``.
         """
-        m = self._try_take()
+        m = self._try_take(self._check_timeout(msg_timeout))
         if m is None:
             raise QueueEmpty()
         return m
 
-    async def get(self) -> Message:
+    async def get(self, *, msg_timeout: float | None = None) -> Message:
         """Deliver the next message; it is in flight until finished, requeued or timed out.
 
-        Waits while nothing is ready or ``max_in_flight`` messages are out.
-        Cancelling ``get()`` leaves the queue unchanged.
+        ``msg_timeout`` overrides the queue's for this delivery and its touches
+        (as a client's IDENTIFY ``msg_timeout`` does in nsqd); it must be > 0 and
+        at most ``max_msg_timeout``. Waits while nothing is ready or
+        ``max_in_flight`` messages are out. Cancelling ``get()`` leaves the
+        queue unchanged.
 
-        Raises QueueClosed when the queue is closed.
+        Raises QueueClosed when the queue is closed, ValueError for a bad
+        ``msg_timeout``.
         """
+        timeout = self._check_timeout(msg_timeout)
         while True:
-            m = self._try_take()
+            m = self._try_take(timeout)
             if m is not None:
                 return m
             fut = self._loop.create_future()
@@ -577,6 +628,29 @@ class AckQueue:
                     self._wake_getters(1)
                 raise
 
+    async def get_many(self, max_items: int, *, msg_timeout: float | None = None
+                       ) -> list[Message]:
+        """Deliver between 1 and ``max_items`` messages, waiting for the first one only.
+
+        Raises ValueError if ``max_items < 1``, otherwise as :meth:`get`.
+        """
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+            raise ValueError(f"max_items must be an int >= 1, got {max_items!r}")
+        out = [await self.get(msg_timeout=msg_timeout)]
+        timeout = self._check_timeout(msg_timeout)
+        while len(out) < max_items and (m := self._try_take(timeout)) is not None:
+            out.append(m)
+        return out
+
+    def _check_timeout(self, msg_timeout: float | None) -> float:
+        if msg_timeout is None:
+            return self._msg_timeout
+        t = _number("msg_timeout", msg_timeout, positive=True)
+        if t > self._max_msg_timeout:
+            raise ValueError(f"msg_timeout must be <= max_msg_timeout={self._max_msg_timeout}, "
+                             f"got {msg_timeout}")
+        return t
+
     def __aiter__(self) -> AckQueue:
         return self
 
@@ -586,7 +660,7 @@ class AckQueue:
         except QueueClosed:
             raise StopAsyncIteration from None
 
-    def _try_take(self) -> Message | None:
+    def _try_take(self, timeout: float) -> Message | None:
         self._check_open()
         while len(self._in_flight) < self._max_in_flight:
             if self._ready:
@@ -601,7 +675,7 @@ class AckQueue:
                 e = self._take(payload)
             else:
                 return None
-            m = self._deliver(e)
+            m = self._deliver(e, timeout)
             if m is not None:
                 return m
         return None
@@ -618,7 +692,7 @@ class AckQueue:
         self._count_op()
         return e
 
-    def _deliver(self, e: Entry) -> Message | None:
+    def _deliver(self, e: Entry, timeout: float) -> Message | None:
         n = e.attempts + 1
         if self._max_attempts and n > self._max_attempts:
             e.state = State.DEAD
@@ -631,7 +705,7 @@ class AckQueue:
         e.ver += 1
         self._journal.update(e)
         now = self._clock.monotonic()
-        m = Message(self, e, now)
+        m = Message(self, e, now, timeout)
         e.msg = m
         self._in_flight[e.key] = m
         heapq.heappush(self._deadlines, (m._deadline, next(self._tiebreak), m, 0))
@@ -690,7 +764,7 @@ class AckQueue:
     def _touch(self, m: Message) -> None:
         self._check_msg(m)
         now = self._clock.monotonic()
-        deadline = min(now + self._msg_timeout, m._delivered_at + self._max_msg_timeout)
+        deadline = min(now + m._timeout, m._delivered_at + self._max_msg_timeout)
         if deadline != m._deadline:
             m._deadline = deadline
             m._gen += 1
@@ -832,7 +906,9 @@ class AckQueue:
     async def _run(self) -> None:
         try:
             while self._state is _QState.OPEN:
-                if self._dead:
+                if self._purge_waiters:
+                    await self._purge()
+                elif self._dead:
                     await self._dead_letter()
                 elif self._commit_due():
                     await self._commit()
@@ -968,8 +1044,11 @@ class AckQueue:
                 if not w.done():
                     w.set_result(None)
 
-    async def _commit_now(self) -> None:
-        """Stop taking, write and fsync the log with a head record, then sync the data queue."""
+    async def _commit_now(self, resume: bool = True) -> None:
+        """Stop taking, write and fsync the log with a head record, then sync the data queue.
+
+        With ``resume=False`` taking stays stopped (the caller resumes it).
+        """
         self._ops = 0
         self._commit_at = self._loop.time() + self._sync_interval
         self._paused = True
@@ -985,9 +1064,54 @@ class AckQueue:
             await self._data.sync()
             self._commits += 1
         finally:
+            if resume:
+                self._paused = False
+                if self._getters:
+                    self._wake_getters(len(self._getters))
+
+    async def purge(self) -> None:
+        """Drop every message that is ready or deferred (nsqd's channel empty).
+
+        Messages in flight stay in flight and can still be finished or
+        requeued; messages on their way to the dead-letter queue go there.
+        Puts that returned before the call are dropped, later ones are kept.
+        The data queue's files are deleted (its ``purge()``).
+
+        Raises QueueClosed if the queue is not open, DiskQueueError if a write fails.
+        """
+        self._check_open()
+        fut = self._loop.create_future()
+        self._purge_waiters.append(fut)
+        self._kick()
+        await fut
+
+    async def _purge(self) -> None:
+        waiters, self._purge_waiters = self._purge_waiters, []
+        try:
+            # First a commit with taking stopped: the log then counts no take past
+            # its last head, so the data queue's new position after its purge
+            # (stored by the purge itself) never makes an open skip later messages.
+            await self._commit_now(resume=False)
+            await self._data.purge()
+            for e in list(self._journal.entries.values()):
+                if e.state in (State.READY, State.LOADING, State.DEFERRED):
+                    self._journal.done(e)
+            self._ready.clear()
+            self._need_load.clear()
+            self._dues.clear()
+            self._n_deferred = 0
+            self._arm()
+            await self._commit_now()
+        except (DiskQueueError, OSError) as exc:
             self._paused = False
-            if self._getters:
-                self._wake_getters(len(self._getters))
+            self._wake_getters(len(self._getters))
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(exc)
+        else:
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
 
     async def _dead_letter(self) -> None:
         batch, self._dead = self._dead, []
@@ -1022,10 +1146,10 @@ class AckQueue:
             self._timer = None
         self._state = _QState.CLOSED
         err = self._closed_error()
-        for w in self._sync_waiters + self._log_waiters:
+        for w in self._sync_waiters + self._log_waiters + self._purge_waiters:
             if not w.done():
                 w.set_exception(err)
-        self._sync_waiters, self._log_waiters = [], []
+        self._sync_waiters, self._log_waiters, self._purge_waiters = [], [], []
         self._wake_getters(len(self._getters))
         await self._close_stores()
 

@@ -724,3 +724,87 @@ async def test_crash_between_log_fsync_and_data_sync(make_ack: MakeAck, tmp_path
         got.append((m.body, m.attempts))
         await m.finish()
     assert sorted(got) == sorted([(b"2", 2), (b"3", 2)] + [(b"%d" % i, 1) for i in range(4, 10)])
+
+
+# ---------------------------------------------------------------- batches, per-delivery timeout, purge
+
+
+async def test_get_with_its_own_msg_timeout(make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack(msg_timeout=10.0, max_msg_timeout=20.0)
+    await q.put(b"a")
+    m = await q.get(msg_timeout=2.0)
+    clock.advance(1.5)
+    await m.touch()  # the delivery's timeout: 2 s from now
+    clock.advance(1.999)
+    assert m.in_flight
+    clock.advance(0.001)
+    assert not m.in_flight
+    for bad, text in [(0, "msg_timeout must be a finite number > 0, got 0"),
+                      (20.5, "msg_timeout must be <= max_msg_timeout=20.0, got 20.5")]:
+        with pytest.raises(ValueError, match=text):
+            await q.get(msg_timeout=bad)
+        with pytest.raises(ValueError, match=text):
+            q.get_nowait(msg_timeout=bad)
+
+
+async def test_get_many_and_put_many(make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack(max_in_flight=10)
+    await q.put_many([b"0", b"1", b"2", b"3", b"4"])
+    await q.put_many([b"d0", b"d1"], delay=5.0)
+    got = await q.get_many(3)
+    assert [m.body for m in got] == [b"0", b"1", b"2"]
+    with pytest.raises(ValueError, match="max_items must be an int >= 1, got 0"):
+        await q.get_many(0)
+    with pytest.raises(TypeError):
+        await q.put_many([b"ok", "not bytes"])  # type: ignore[list-item]
+    assert q.qsize() == 2
+    clock.advance(5.0)
+    rest = await q.get_many(10)
+    while len(rest) < 4:
+        rest += await q.get_many(10)
+    assert sorted(m.body for m in rest) == [b"3", b"4", b"d0", b"d1"]
+
+
+async def test_put_many_nsq_format(make_ack: MakeAck) -> None:
+    q = await make_ack(format="nsq")
+    await q.put_many([b"x", b"y"])
+    a, b = await get(q), await get(q)
+    assert (a.body, b.body, a.attempts) == (b"x", b"y", 1)
+    assert a.id != b.id
+
+
+async def test_purge_drops_ready_and_deferred_keeps_in_flight(make_ack: MakeAck,
+                                                             tmp_path: Path,
+                                                             clock: ManualClock) -> None:
+    q = await make_ack(max_in_flight=10)
+    await q.put_many([b"r0", b"r1", b"r2"])
+    await q.put(b"deferred", delay=30.0)
+    busy = await get(q)
+    requeued = await get(q)
+    await requeued.requeue(delay=5.0)
+    await q.purge()
+    st = q.statistics()
+    assert (st.depth, st.deferred, st.in_flight) == (0, 0, 1)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    await q.put(b"after")
+    snap = tmp_path / "snap"  # the files as a SIGKILL right now would leave them
+    snap.mkdir()
+    for f in tmp_path.iterdir():
+        if f.is_file():
+            (snap / f.name).write_bytes(f.read_bytes())
+    after = await get(q)
+    assert after.body == b"after"
+    await after.finish()
+    await busy.finish()
+    clock.advance(60.0)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()
+    q2 = await make_ack(directory=snap)
+    got = []
+    clock.advance(60.0)
+    while q2.qsize():
+        m = await get(q2)
+        got.append(m.body)
+        await m.finish()
+    assert sorted(got) == [b"after", b"r0"]  # the one in flight, and the later put

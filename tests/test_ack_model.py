@@ -90,8 +90,11 @@ async def test_random_operations_and_crash_copies(tmp_path: Path, seed: int) -> 
                     await m.requeue(rng.choice([0.0, rng.uniform(0.1, 20.0)]))
             elif op < 0.93:
                 clock.advance(rng.uniform(0.0, 5.0))
-            elif op < 0.96:
+            elif op < 0.955:
                 await q.sync()
+            elif op < 0.96:
+                await q.purge()  # only what is in flight must come back now
+                acked = {int(m.body.split(b".")[0]) for m in in_flight if m.in_flight}
             else:
                 for _ in range(rng.randrange(1, 20)):
                     await asyncio.sleep(0)  # let the pump and the I/O threads move
