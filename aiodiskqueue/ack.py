@@ -1181,8 +1181,8 @@ class AckQueue:
 
     def qsize(self) -> int:
         """Messages ready to deliver (not in flight, not deferred)."""
-        ready = sum(1 for e in self._ready if e.state is State.READY)
-        return self._data.qsize() + ready + len(self._need_load)
+        # Entries in _ready are READY until taken (purge clears the deque).
+        return self._data.qsize() + len(self._ready) + len(self._need_load)
 
     def empty(self) -> bool:
         """True if nothing is ready, in flight or deferred."""
