@@ -237,7 +237,10 @@ class Message:
             await q._wait_log_sync()
 
     async def touch(self) -> None:
-        """NSQ TOUCH: deadline = now + the delivery's ``msg_timeout``, capped at delivery + ``max_msg_timeout``.
+        """NSQ TOUCH: push the deadline out by the delivery's ``msg_timeout``.
+
+        The new deadline is now + ``msg_timeout``, capped at the delivery time +
+        ``max_msg_timeout``, as in nsqd.
 
         Raises MessageNotInFlight if the message is not in flight any more,
         QueueClosed if the queue was closed.
@@ -774,7 +777,10 @@ class AckQueue:
                 self._arm()
 
     def backoff(self, attempts: int) -> float:
-        """The requeue delay ``async with msg`` uses after a failure: 1 s doubling per attempt, capped at ``max_delay``."""
+        """The requeue delay of ``async with msg`` after a failure.
+
+        1 s after the first attempt, doubling with each attempt, capped at ``max_delay``.
+        """
         return min(self._max_delay, 2.0 ** min(max(attempts - 1, 0), 40))
 
     # ------------------------------------------------------------------ due times and the timer

@@ -1,7 +1,8 @@
 """Child process for the AckQueue kill tests; killed with SIGKILL at random points.
 
-``consume DIR SYNC_EVERY SEED``: four consumer tasks; each prints ``B idx`` just
-before ``finish()`` and ``F idx`` once it returned, or ``R idx`` before a requeue.
+``consume DIR SYNC_EVERY SEED [LOG_SEGMENT_BYTES DATA_FILE_BYTES]``: four
+consumer tasks; each prints ``B idx`` just before ``finish()`` and ``F idx``
+once it returned, or ``R idx`` before a requeue.
 ``defer DIR N``: puts deferred messages, printing ``P idx t delay`` (t: wall
 clock ns before the call) once ``put()`` returned.
 Both print ``READY`` once the queue is open. One line per write, flushed.
@@ -22,10 +23,12 @@ def out(line: str) -> None:
     sys.stdout.flush()
 
 
-async def consume(directory: str, sync_every: int, seed: int) -> None:
+async def consume(directory: str, sync_every: int, seed: int, log_bytes: int,
+                  data_bytes: int) -> None:
     rng = random.Random(seed)
     async with AckQueue(directory, "jobs", sync_every=sync_every, msg_timeout=60.0,
-                        max_in_flight=8) as q:
+                        max_in_flight=8, log_segment_bytes=log_bytes,
+                        max_bytes_per_file=data_bytes) as q:
         out("READY")
 
         async def worker() -> None:
@@ -33,7 +36,8 @@ async def consume(directory: str, sync_every: int, seed: int) -> None:
                 idx = msg.body.decode()
                 if rng.random() < 0.1:
                     out(f"R {idx}")
-                    await msg.requeue()
+                    # Now or a little later: requeued entries reach the log with their bodies.
+                    await msg.requeue(rng.choice([0.0, 0.05]))
                     continue
                 out(f"B {idx}")
                 await msg.finish()
@@ -55,6 +59,7 @@ async def defer(directory: str, n: int) -> None:
 if __name__ == "__main__":
     mode, directory, *rest = sys.argv[1:]
     if mode == "consume":
-        asyncio.run(consume(directory, int(rest[0]), int(rest[1])))
+        sizes = [int(x) for x in rest[2:4]] or [8 * 2**20, 100 * 2**20]
+        asyncio.run(consume(directory, int(rest[0]), int(rest[1]), *sizes))
     else:
         asyncio.run(defer(directory, int(rest[0])))

@@ -726,7 +726,7 @@ async def test_crash_between_log_fsync_and_data_sync(make_ack: MakeAck, tmp_path
     assert sorted(got) == sorted([(b"2", 2), (b"3", 2)] + [(b"%d" % i, 1) for i in range(4, 10)])
 
 
-# ---------------------------------------------------------------- batches, per-delivery timeout, purge
+# ---------------------------------------------------------------- batches, timeouts, purge
 
 
 async def test_get_with_its_own_msg_timeout(make_ack: MakeAck, clock: ManualClock) -> None:

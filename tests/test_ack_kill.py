@@ -60,19 +60,26 @@ async def run_and_kill(tmp_path: Path, after: float, *args: str) -> list[list[st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sync_every", "rounds", "n"), [(2500, 8, 30_000), (1, 6, 20_000)],
-                         ids=["default-sync", "sync_every=1"])
+@pytest.mark.parametrize(
+    ("sync_every", "rounds", "n", "files"),
+    [(2500, 8, 30_000, ()), (1, 6, 20_000, ()), (2500, 8, 30_000, ("4096", "65536"))],
+    ids=["default-sync", "sync_every=1", "small-files"],
+)
 async def test_consumer_killed_loses_nothing(tmp_path: Path, sync_every: int, rounds: int,
-                                             n: int) -> None:
-    async with DiskQueue(tmp_path, "jobs") as dq:  # raw format: the body is the payload
+                                             n: int, files: tuple[str, ...]) -> None:
+    # "small-files": 4 KiB log segments and 64 KiB data files, so that compaction
+    # and file rolls happen while the child is killed.
+    log_bytes, data_bytes = (int(files[0]), int(files[1])) if files else (8 << 20, 100 << 20)
+    async with DiskQueue(tmp_path, "jobs", max_bytes_per_file=data_bytes) as dq:  # raw format
         await dq.put_many([b"%d" % i for i in range(n)])
     rng = random.Random(sync_every)
     printed: set[int] = set()  # printed just before finish()
     finished_at: dict[int, int] = {}  # finish() returned, in round r
     seen_after: list[tuple[int, int]] = []  # (round, idx) of every delivery
     for r in range(rounds):
-        lines = await run_and_kill(tmp_path, rng.choice([0.0, rng.uniform(0, 0.4)]), "consume", str(tmp_path), str(sync_every),
-                                   str(r))
+        after = rng.choice([0.0, rng.uniform(0, 0.4)])
+        lines = await run_and_kill(tmp_path, after, "consume", str(tmp_path), str(sync_every),
+                                   str(r), *files)
         for kind, idx in lines:
             if kind in ("B", "R"):
                 seen_after.append((r, int(idx)))
@@ -83,7 +90,8 @@ async def test_consumer_killed_loses_nothing(tmp_path: Path, sync_every: int, ro
     assert printed, "the child finished nothing"
     assert len(printed) < n, "the child ran dry: nothing left to kill it in the middle of"
     drained: list[int] = []
-    async with AckQueue(tmp_path, "jobs", msg_timeout=60.0) as q:
+    async with AckQueue(tmp_path, "jobs", msg_timeout=60.0, max_bytes_per_file=data_bytes,
+                        log_segment_bytes=log_bytes) as q:
         while not q.empty():
             m = await asyncio.wait_for(q.get(), 30)
             assert m.attempts >= 1
