@@ -66,7 +66,7 @@ async def _put_some(q: AckQueue, k: int) -> None:
 
 def sqlite_ack(n: int, consumers: int) -> tuple[float, float]:
     """(put/s, get+ack/s) for persist-queue's SQLiteAckQueue."""
-    from persistqueue import SQLiteAckQueue  # type: ignore[import-untyped]
+    from persistqueue import SQLiteAckQueue
 
     with tempfile.TemporaryDirectory() as d:
         q = SQLiteAckQueue(d, multithreading=True, auto_commit=True)

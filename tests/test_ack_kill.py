@@ -102,8 +102,8 @@ async def test_consumer_killed_loses_nothing(tmp_path: Path, sync_every: int, ro
     assert len(drained) == len(set(drained))
     if sync_every == 1:
         # finish() returned means durable: never delivered again, in a later round or now.
-        for r, idx in seen_after:
-            assert not (idx in finished_at and finished_at[idx] < r), (idx, r)
+        for rnd, i in seen_after:
+            assert not (i in finished_at and finished_at[i] < rnd), (i, rnd)
         assert not set(drained) & set(finished_at)
 
 
