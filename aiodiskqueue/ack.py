@@ -51,12 +51,10 @@ import enum
 import heapq
 import itertools
 import logging
-import math
 import os
 import warnings
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, final
 
@@ -64,8 +62,8 @@ from ._ack_clock import Clock, LoopClock, TimerHandle
 from ._ack_codec import NSQ_MIN_SIZE, IdGenerator, decode_nsq, encode_nsq, head_record
 from ._ack_journal import Entry, Journal, LogState, State
 from ._ack_log import AckLog, Recovered
+from ._ack_options import AckOptions, AckStatistics, as_bytes, number
 from ._iothread import IOThread
-from ._options import Options, Statistics
 from .errors import (
     DiskQueueError,
     MessageNotInFlight,
@@ -82,7 +80,6 @@ log = logging.getLogger("aiodiskqueue")
 _NO_SYNC_EVERY = 2**62  # the data queue stores its position only in our commits
 _NO_SYNC_INTERVAL = 1e9
 _LOAD_BATCH = 256
-_BYTES_TYPES = (bytes, bytearray, memoryview)
 
 
 class _QState(enum.Enum):
@@ -98,61 +95,6 @@ class _MState(enum.Enum):
     REQUEUED = "already requeued"
     TIMED_OUT = "timed out and requeued"
     DEAD = "dead-lettered"
-
-
-@dataclass(frozen=True, slots=True)
-class AckStatistics:
-    """A snapshot of an :class:`AckQueue`: plain numbers, plus the data queue's figures."""
-
-    depth: int
-    """Messages ready to deliver: the data queue's depth plus due entries of the log."""
-    in_flight: int
-    deferred: int
-    """Messages waiting for their due time (put with a delay, or requeued with one)."""
-    finished: int
-    """Successful ``finish()`` calls since open."""
-    requeued: int
-    """Explicit ``requeue()`` calls since open."""
-    timed_out: int
-    """Automatic requeues of messages whose deadline passed."""
-    dead_lettered: int
-    delivered: int
-    commits: int
-    """Commits: log written and fsynced, then the data queue's position stored."""
-    log_syncs: int
-    """fsyncs of the ack log (every commit has one)."""
-    log_bytes: int
-    log_segments: int
-    queue: Statistics
-    """The data queue's own statistics."""
-
-
-def _number(name: str, value: object, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    v = float(value)
-    if math.isnan(v) or math.isinf(v) or (v <= 0 if positive else v < 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
-    return v
-
-
-def _int(name: str, value: object, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < lo or (hi is not None and value > hi):
-        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
-
-
-def _as_bytes(item: object) -> bytes:
-    if type(item) is bytes:
-        return item
-    if isinstance(item, _BYTES_TYPES):
-        return bytes(item)
-    raise TypeError(f"a message body must be bytes, bytearray or memoryview, "
-                    f"got {type(item).__name__}")
 
 
 @final
@@ -325,34 +267,29 @@ class AckQueue:
         self._name = name
         self._directory = os.fspath(directory)
         self._state = _QState.NEW
-        self._msg_timeout = _number("msg_timeout", msg_timeout, positive=True)
-        self._max_msg_timeout = _number("max_msg_timeout", max_msg_timeout, positive=True)
-        if self._max_msg_timeout < self._msg_timeout:
-            raise ValueError(f"max_msg_timeout must be >= msg_timeout, got {max_msg_timeout} "
-                             f"< {msg_timeout}")
-        self._max_delay = _number("max_delay", max_delay, positive=False)
-        self._max_in_flight = _int("max_in_flight", max_in_flight, 1)
-        self._max_attempts = _int("max_attempts", max_attempts, 0, 0xFFFF - 1)
-        if format not in ("raw", "nsq"):
-            raise ValueError(f"format must be 'raw' or 'nsq', got {format!r}")
-        self._nsq = format == "nsq"
-        self._format = format
-        self._segment_bytes = _int("log_segment_bytes", log_segment_bytes, 4096)
-        opts = Options(max_bytes_per_file=max_bytes_per_file, min_msg_size=min_msg_size,
-                       max_msg_size=max_msg_size, sync_every=sync_every,
-                       sync_interval=sync_interval, maxsize=maxsize,
-                       read_buffer_bytes=read_buffer_bytes, write_buffer_bytes=write_buffer_bytes)
-        self._sync_every = opts.sync_every
-        self._sync_interval = float(opts.sync_interval)
-        if self._nsq and opts.max_msg_size < NSQ_MIN_SIZE:
-            raise ValueError(f"max_msg_size must be >= {NSQ_MIN_SIZE} with format='nsq', "
-                             f"got {max_msg_size}")
-        self._min_size = max(opts.min_msg_size, NSQ_MIN_SIZE) if self._nsq else opts.min_msg_size
-        self._max_size = opts.max_msg_size
+        o = AckOptions.check(
+            msg_timeout=msg_timeout, max_msg_timeout=max_msg_timeout, max_delay=max_delay,
+            max_in_flight=max_in_flight, max_attempts=max_attempts, format=format,
+            log_segment_bytes=log_segment_bytes, max_bytes_per_file=max_bytes_per_file,
+            min_msg_size=min_msg_size, max_msg_size=max_msg_size, sync_every=sync_every,
+            sync_interval=sync_interval, maxsize=maxsize, read_buffer_bytes=read_buffer_bytes,
+            write_buffer_bytes=write_buffer_bytes)
+        self._msg_timeout = o.msg_timeout
+        self._max_msg_timeout = o.max_msg_timeout
+        self._max_delay = o.max_delay
+        self._max_in_flight = o.max_in_flight
+        self._max_attempts = o.max_attempts
+        self._nsq = o.nsq
+        self._format = o.format
+        self._segment_bytes = o.log_segment_bytes
+        self._sync_every = o.core.sync_every
+        self._sync_interval = float(o.core.sync_interval)
+        self._min_size = o.min_size
+        self._max_size = o.core.max_msg_size
         common: dict[str, Any] = {"max_bytes_per_file": max_bytes_per_file,
-                                      "min_msg_size": self._min_size, "max_msg_size": max_msg_size,
-                                      "read_buffer_bytes": read_buffer_bytes,
-                                      "write_buffer_bytes": write_buffer_bytes}
+                                  "min_msg_size": self._min_size, "max_msg_size": max_msg_size,
+                                  "read_buffer_bytes": read_buffer_bytes,
+                                  "write_buffer_bytes": write_buffer_bytes}
         self._data = DiskQueue(directory, name, sync_every=_NO_SYNC_EVERY,
                                sync_interval=_NO_SYNC_INTERVAL, maxsize=maxsize, **common)
         self._dead_q: DiskQueue | None = None
@@ -509,9 +446,11 @@ class AckQueue:
 
         Raises TypeError for a non-bytes body, ValueError for a delay outside
         ``[0, max_delay]``, MessageSizeError for a size out of bounds,
-        QueueClosed if the queue is not open, DiskQueueError if a write fails.
+        QueueClosed if the queue is not open, DiskQueueError (chained to the
+        OSError) if a write fails: a deferred message is then kept in memory and
+        written by the next successful hop, so it may still be delivered.
         """
-        data = _as_bytes(body)
+        data = as_bytes(body)
         d = self._check_delay(delay)
         self._check_open()
         if d == 0.0:
@@ -545,7 +484,7 @@ class AckQueue:
 
         Raises as :meth:`put` does.
         """
-        datas = [_as_bytes(b) for b in bodies]
+        datas = [as_bytes(b) for b in bodies]
         d = self._check_delay(delay)
         self._check_open()
         extra = NSQ_MIN_SIZE if self._nsq else 0
@@ -578,7 +517,7 @@ class AckQueue:
             await (self._wait_commit() if d == 0.0 else self._wait_log_sync())
 
     def _check_delay(self, delay: object) -> float:
-        d = _number("delay", delay, positive=False)
+        d = number("delay", delay, positive=False)
         if d > self._max_delay:
             raise ValueError(f"delay must be <= max_delay={self._max_delay}, got {delay}")
         return d
@@ -648,7 +587,7 @@ class AckQueue:
     def _check_timeout(self, msg_timeout: float | None) -> float:
         if msg_timeout is None:
             return self._msg_timeout
-        t = _number("msg_timeout", msg_timeout, positive=True)
+        t = number("msg_timeout", msg_timeout, positive=True)
         if t > self._max_msg_timeout:
             raise ValueError(f"msg_timeout must be <= max_msg_timeout={self._max_msg_timeout}, "
                              f"got {msg_timeout}")

@@ -808,3 +808,31 @@ async def test_purge_drops_ready_and_deferred_keeps_in_flight(make_ack: MakeAck,
         got.append(m.body)
         await m.finish()
     assert sorted(got) == [b"after", b"r0"]  # the one in flight, and the later put
+
+
+async def test_log_write_error_is_reported_and_retried(make_ack: MakeAck,
+                                                       clock: ManualClock) -> None:
+    from aiodiskqueue._ack_log import AckLog
+
+    q = await make_ack(sync_interval=0.01)
+    real_run = AckLog.run
+    failures = [OSError(28, "No space left on device")]
+
+    def flaky_run(self: AckLog, job: Any) -> Any:
+        if failures and job.records:
+            raise failures.pop()
+        return real_run(self, job)
+
+    q._store.run = flaky_run.__get__(q._store)  # type: ignore[method-assign]
+    with pytest.raises(DiskQueueError, match="No space left on device") as info:
+        await q.put(b"later", delay=1.0)
+    assert isinstance(info.value.__cause__, OSError)
+    # The entry was kept and written by the retry: it is delivered when due.
+    await q.sync()
+    clock.advance(1.0)
+    m = await get(q)
+    assert m.body == b"later"
+    await m.finish()
+    await q.aclose()
+    q2 = await make_ack()
+    assert q2.empty()

@@ -1,0 +1,134 @@
+"""Validated options of an :class:`~aiodiskqueue.AckQueue`, and its statistics."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ._ack_codec import NSQ_MIN_SIZE
+from ._options import Options, Statistics
+
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def number(name: str, value: object, *, positive: bool) -> float:
+    """A finite number, > 0 (``positive``) or >= 0.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v) or (v <= 0 if positive else v < 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
+    return v
+
+
+def integer(name: str, value: object, lo: int, hi: int | None = None) -> int:
+    """An int in ``[lo, hi]``.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def as_bytes(item: object) -> bytes:
+    """A message body as ``bytes`` (copied from a bytearray or memoryview).
+
+    Raises TypeError for anything else.
+    """
+    if type(item) is bytes:
+        return item
+    if isinstance(item, _BYTES_TYPES):
+        return bytes(item)
+    raise TypeError(f"a message body must be bytes, bytearray or memoryview, "
+                    f"got {type(item).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class AckOptions:
+    """The reliable-delivery options; the data queue's own are in ``core``."""
+
+    msg_timeout: float
+    max_msg_timeout: float
+    max_delay: float
+    max_in_flight: int
+    max_attempts: int
+    format: str
+    log_segment_bytes: int
+    core: Options
+
+    @classmethod
+    def check(cls, *, msg_timeout: object, max_msg_timeout: object, max_delay: object,
+              max_in_flight: object, max_attempts: object, format: object,
+              log_segment_bytes: object, **core: Any) -> AckOptions:
+        """Validate every option at once.
+
+        Raises TypeError or ValueError naming the bad value.
+        """
+        timeout = number("msg_timeout", msg_timeout, positive=True)
+        max_timeout = number("max_msg_timeout", max_msg_timeout, positive=True)
+        if max_timeout < timeout:
+            raise ValueError(f"max_msg_timeout must be >= msg_timeout, got {max_msg_timeout} "
+                             f"< {msg_timeout}")
+        if format not in ("raw", "nsq"):
+            raise ValueError(f"format must be 'raw' or 'nsq', got {format!r}")
+        opts = Options(**core)
+        if format == "nsq" and opts.max_msg_size < NSQ_MIN_SIZE:
+            raise ValueError(f"max_msg_size must be >= {NSQ_MIN_SIZE} with format='nsq', "
+                             f"got {opts.max_msg_size}")
+        return cls(
+            msg_timeout=timeout,
+            max_msg_timeout=max_timeout,
+            max_delay=number("max_delay", max_delay, positive=False),
+            max_in_flight=integer("max_in_flight", max_in_flight, 1),
+            max_attempts=integer("max_attempts", max_attempts, 0, 0xFFFF - 1),
+            format=format,
+            log_segment_bytes=integer("log_segment_bytes", log_segment_bytes, 4096),
+            core=opts,
+        )
+
+    @property
+    def nsq(self) -> bool:
+        """True for ``format="nsq"``."""
+        return self.format == "nsq"
+
+    @property
+    def min_size(self) -> int:
+        """Smallest payload: nsqd's 26-byte header at least with ``format="nsq"``."""
+        m = self.core.min_msg_size
+        return max(m, NSQ_MIN_SIZE) if self.nsq else m
+
+
+@dataclass(frozen=True, slots=True)
+class AckStatistics:
+    """A snapshot of an :class:`AckQueue`: plain numbers, plus the data queue's figures."""
+
+    depth: int
+    """Messages ready to deliver: the data queue's depth plus due entries of the log."""
+    in_flight: int
+    deferred: int
+    """Messages waiting for their due time (put with a delay, or requeued with one)."""
+    finished: int
+    """Successful ``finish()`` calls since open."""
+    requeued: int
+    """Explicit ``requeue()`` calls since open."""
+    timed_out: int
+    """Automatic requeues of messages whose deadline passed."""
+    dead_lettered: int
+    delivered: int
+    commits: int
+    """Commits: log written and fsynced, then the data queue's position stored."""
+    log_syncs: int
+    """fsyncs of the ack log (every commit has one)."""
+    log_bytes: int
+    log_segments: int
+    queue: Statistics
+    """The data queue's own statistics."""
