@@ -346,7 +346,7 @@ async def test_write_to_open_queue_names_queue_and_pid(
     before = queue_files(tmp_path, "busy")
     df = spark.createDataFrame([(b"x",)], "payload binary")
     with pytest.raises(Exception, match=rf"cannot append to queue 'busy'.*process {os.getpid()}"):
-        write_df(df, tmp_path, "busy")
+        write_df(df, tmp_path, "busy", lockWait="0.5")
     assert queue_files(tmp_path, "busy") == before
     assert await q.get() == b"first" and q.empty()
 
@@ -470,7 +470,7 @@ async def test_stream_consume_of_open_queue_names_queue_and_pid(
     await q.put_many([b"h%03d" % i for i in range(100)])
     await q.sync()
     reader = (spark.readStream.format("diskqueue").option("path", str(qdir))
-              .option("name", "held").option("consume", "true")
+              .option("name", "held").option("consume", "true").option("lockWait", "0.5")
               .option("maxRecordsPerTrigger", "40").load())
     query = (reader.writeStream.format("parquet").option("path", str(out / "data"))
              .option("checkpointLocation", str(out / "ck")).trigger(availableNow=True).start())

@@ -4,6 +4,7 @@ consuming, staged writes and linking, checked against the core ``DiskQueue``."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def test_link_to_locked_queue_names_queue_and_pid(tmp_path: Path) -> None:
     try:
         files = stage(tmp_path, [b"x"])
         with pytest.raises(QueueLocked, match=rf"append to queue 'held'.*process {os.getpid()}"):
-            link(lay, files, 0, MAX)
+            link(lay, files, 0, MAX, lock_wait=0.2)
         assert Path(files[0].path).exists()  # the caller's abort removes it
         assert not Path(lay.meta_path).exists()
     finally:
@@ -169,3 +170,19 @@ def test_sweep_removes_only_stale_staging(tmp_path: Path) -> None:
     os.utime(parent / "old-job", (old, old))
     sweep_staging(lay)
     assert sorted(p.name for p in parent.iterdir()) == ["new-job"]
+
+
+def test_link_waits_for_a_short_lived_holder(tmp_path: Path) -> None:
+    lay = Layout(str(tmp_path / "q"), "q")
+    os.makedirs(lay.directory)
+    lock = QueueLock(lay.lock_path)
+    lock.acquire()
+    # Another commit holding the lock for a moment: the link retries until it is free.
+    timer = threading.Timer(0.2, lock.release)
+    timer.start()
+    try:
+        meta = link(lay, stage(tmp_path, [b"x", b"y"]), 0, MAX, lock_wait=30.0)
+    finally:
+        timer.join()
+    assert meta is not None and meta.depth == 2
+    assert not lock.held

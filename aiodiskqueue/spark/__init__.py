@@ -8,7 +8,7 @@
 
 Batch read (changes nothing), streaming read (``consume=true`` releases what
 each committed batch read), batch and streaming write (all or nothing, under
-the queue's lock). Needs the ``spark`` extra (pyspark >= 4.1, pyarrow); ``import
+the queue's lock). Needs the ``spark`` extra (pyspark >= 4.2, pyarrow); ``import
 aiodiskqueue`` alone never imports pyspark.
 """
 

@@ -250,29 +250,40 @@ class QueueBusy(QueueLocked):
         DiskQueueError.__init__(
             self,
             f"cannot {what} queue {layout.name!r} in {layout.directory}: it is open in {holder} "
-            f"(a live DiskQueue holds {layout.lock_path}); close it there, or let producers "
-            "write to new queue names and read them with a glob",
+            f"(which holds {layout.lock_path}: a live DiskQueue, or a Spark commit that did "
+            "not finish in time); close the queue there, or let producers write to new "
+            "queue names and read them with a glob",
         )
         self.path = layout.lock_path
         self.pid = pid
 
 
-def _lock(layout: Layout, what: str) -> QueueLock:
-    lock = QueueLock(layout.lock_path)
-    try:
-        lock.acquire()
-    except QueueLocked as exc:
-        raise QueueBusy(layout, exc.pid, what) from None
-    return lock
+LOCK_WAIT = 10.0  # seconds to wait for a queue's lock held by someone else
 
 
-def release(layout: Layout, end: Pos, min_size: int, max_size: int) -> bool:
+def _lock(layout: Layout, what: str, wait: float) -> QueueLock:
+    """Take the queue's lock, retrying for ``wait`` seconds: another Spark commit holds
+    it only for a moment, while a DiskQueue holds it as long as it is open."""
+    deadline = time.monotonic() + wait
+    while True:
+        lock = QueueLock(layout.lock_path)
+        try:
+            lock.acquire()
+            return lock
+        except QueueLocked as exc:
+            if time.monotonic() >= deadline:
+                raise QueueBusy(layout, exc.pid, what) from None
+        time.sleep(0.05)
+
+
+def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
+            lock_wait: float = LOCK_WAIT) -> bool:
     """Consume queue ``layout`` up to ``end``: store the new read position, then
     delete the segments wholly before it.
 
     Idempotent: a position at or before the stored read position changes
-    nothing. Returns whether the meta file was changed. Raises DiskQueueError
-    if a live process holds the queue's lock.
+    nothing. Returns whether the meta file was changed. Raises QueueBusy if
+    another process holds the queue's lock for more than ``lock_wait`` seconds.
     """
     try:
         current = load_meta(layout.meta_path)
@@ -280,7 +291,7 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int) -> bool:
         current = None
     if current is not None and end <= current.read:
         return False  # already released: no lock needed, so an open DiskQueue is no obstacle
-    lock = _lock(layout, "consume")
+    lock = _lock(layout, "consume", lock_wait)
     try:
         segs = layout.segments()
         view_meta = load_meta(layout.meta_path)
@@ -477,7 +488,7 @@ def sweep_staging(layout: Layout, now: float | None = None) -> None:
 
 
 def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,
-         batch: tuple[str, int] | None = None) -> Meta | None:
+         batch: tuple[str, int] | None = None, *, lock_wait: float = LOCK_WAIT) -> Meta | None:
     """Append staged files to a queue as its next segments, under the queue's lock.
 
     The files are renamed to the segment numbers after the queue's last record
@@ -487,13 +498,14 @@ def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,
     writer is not appended again. Returns the new meta, or None if nothing was
     appended. On an error before the meta is stored, the renames are undone.
 
-    Raises DiskQueueError if a live process holds the queue's lock.
+    Raises QueueBusy if another process holds the queue's lock for more than
+    ``lock_wait`` seconds.
     """
     files = [f for f in files if f.records]
     if not files and batch is None:
         return None  # an empty job leaves no trace, not even a lock file
     os.makedirs(layout.directory, exist_ok=True)
-    lock = _lock(layout, "append to")
+    lock = _lock(layout, "append to", lock_wait)
     try:
         if batch is not None and batch[1] <= committed_batch(layout, batch[0]):
             log.info("queue %r: batch %d of %r was already appended; skipping the replay",

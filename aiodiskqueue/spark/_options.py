@@ -52,6 +52,19 @@ def _int(opts: Mapping[str, str], key: str, default: int | None, lo: int) -> int
     return value
 
 
+def _float(opts: Mapping[str, str], key: str, default: float) -> float:
+    raw = _get(opts, key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise OptionError(key, f"must be a number of seconds, got {raw!r}") from None
+    if not 0 <= value < float("inf"):
+        raise OptionError(key, f"must be a finite number >= 0, got {raw!r}")
+    return value
+
+
 def _bool(opts: Mapping[str, str], key: str) -> bool:
     raw = _get(opts, key)
     if raw is None:
@@ -85,6 +98,7 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     arrow: bool = True
+    lock_wait: float = 10.0
     writer_id: str | None = None
     checkpoint_location: str | None = None
 
@@ -147,6 +161,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
         max_bytes_per_trigger=_int(opts, "maxBytesPerTrigger", None, 1),
         arrow=True if arrow_raw is None else _bool(opts, "arrow"),
+        lock_wait=_float(opts, "lockWait", 10.0),
         writer_id=_get(opts, "writerId"),
         checkpoint_location=_get(opts, "checkpointLocation"),
     )

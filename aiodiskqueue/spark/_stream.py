@@ -17,7 +17,7 @@ batch's end. After a restart, a batch that is in the offset log but not in
 the commit log is run again from the logged offsets *before* the engine asks
 for new ones, so its records are still in the queue. (The one engine mode
 that breaks this ordering, asynchronous progress tracking, supports only the
-Kafka sink.) A fresh query starts at the queue's read position, so its first
+Kafka sink and cannot run with availableNow.) A fresh query starts at the queue's read position, so its first
 ``start`` releases nothing.
 """
 
@@ -175,10 +175,10 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return
         for queue, pos in sorted(end.items()):
             release(self._layout(queue), _pos(pos), self.options.min_msg_size,
-                    self.options.max_msg_size)
+                    self.options.max_msg_size, lock_wait=self.options.lock_wait)
 
     def _release_started(self, start: Offset) -> None:
         # See the module docstring for why ``start`` is already in the sink.
         for queue, value in sorted(start.items()):
             release(self._layout(queue), _pos(value), self.options.min_msg_size,
-                    self.options.max_msg_size)
+                    self.options.max_msg_size, lock_wait=self.options.lock_wait)

@@ -172,7 +172,7 @@ class DiskQueueWriter(_Base, DataSourceArrowWriter):
         """Link every staged file into the queue under its lock."""
         try:
             link(self.layout, _files(messages), self.options.min_msg_size,
-                 self.options.max_msg_size)
+                 self.options.max_msg_size, lock_wait=self.options.lock_wait)
         finally:
             self._cleanup(messages, final=False)
 
@@ -220,7 +220,8 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
         """Link the batch's files, unless batch ``batchId`` was already appended."""
         try:
             link(self.layout, _files(messages), self.options.min_msg_size,
-                 self.options.max_msg_size, (self.writer_key(), batchId))
+                 self.options.max_msg_size, (self.writer_key(), batchId),
+                 lock_wait=self.options.lock_wait)
         finally:
             # The staging directory is the query's, shared by its next batches: no end mark.
             self._cleanup(messages, final=False)
