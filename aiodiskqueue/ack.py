@@ -48,8 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import heapq
-import itertools
 import logging
 import os
 import warnings
@@ -60,6 +58,7 @@ from typing import Any, Literal, final
 
 from ._ack_clock import Clock, LoopClock, TimerHandle
 from ._ack_codec import NSQ_MIN_SIZE, IdGenerator, decode_nsq, encode_nsq, head_record
+from ._ack_heap import LazyHeap
 from ._ack_journal import Entry, Journal, LogState, State
 from ._ack_log import AckLog, Recovered
 from ._ack_options import AckOptions, AckStatistics, as_bytes, number
@@ -305,10 +304,11 @@ class AckQueue:
         self._ready: deque[Entry] = deque()
         self._need_load: deque[Entry] = deque()
         self._dead: list[Entry] = []
-        self._deadlines: list[tuple[float, int, Message, int]] = []
-        self._dues: list[tuple[float, int, Entry, int]] = []
+        self._deadlines: LazyHeap[Message] = LazyHeap(
+            lambda m, gen: m._state is _MState.IN_FLIGHT and m._gen == gen)
+        self._dues: LazyHeap[Entry] = LazyHeap(
+            lambda e, ver: e.state is State.DEFERRED and e.ver == ver)
         self._n_deferred = 0
-        self._tiebreak = itertools.count()
         self._timer: TimerHandle | None = None
         self._timer_when: float | None = None
 
@@ -650,7 +650,7 @@ class AckQueue:
         m = Message(self, e, now, timeout)
         e.msg = m
         self._in_flight[e.key] = m
-        heapq.heappush(self._deadlines, (m._deadline, next(self._tiebreak), m, 0))
+        self._deadlines.push(m._deadline, m, 0)
         if self._timer_when is None or m._deadline < self._timer_when:
             self._arm()
         self._delivered += 1
@@ -677,12 +677,7 @@ class AckQueue:
         return e
 
     def _trim_deadlines(self) -> None:
-        # Stale items (released or touched messages) are dropped lazily; rebuild
-        # once they are more than half the heap, so it stays O(in flight).
-        if len(self._deadlines) > 2 * len(self._in_flight) + 1024:
-            self._deadlines = [(x._deadline, next(self._tiebreak), x, x._gen)
-                               for x in self._in_flight.values()]
-            heapq.heapify(self._deadlines)
+        self._deadlines.trim(len(self._in_flight))
 
     def _finish(self, m: Message) -> None:
         e = self._release(m, _MState.FINISHED)
@@ -710,7 +705,7 @@ class AckQueue:
         if deadline != m._deadline:
             m._deadline = deadline
             m._gen += 1
-            heapq.heappush(self._deadlines, (deadline, next(self._tiebreak), m, m._gen))
+            self._deadlines.push(deadline, m, m._gen)
             self._trim_deadlines()
             if self._timer_when is None or deadline < self._timer_when:
                 self._arm()
@@ -728,7 +723,7 @@ class AckQueue:
         e.state = State.DEFERRED
         e.ver += 1
         self._n_deferred += 1
-        heapq.heappush(self._dues, (when, next(self._tiebreak), e, e.ver))
+        self._dues.push(when, e, e.ver)
         if e.log_state is LogState.WRITTEN:
             e.body = None  # on disk: read back when due
 
@@ -753,16 +748,11 @@ class AckQueue:
         self._wake_getters(1)
 
     def _arm(self) -> None:
-        dl, du = self._deadlines, self._dues
-        while dl and (dl[0][2]._state is not _MState.IN_FLIGHT or dl[0][2]._gen != dl[0][3]):
-            heapq.heappop(dl)
-        while du and (du[0][2].state is not State.DEFERRED or du[0][2].ver != du[0][3]):
-            heapq.heappop(du)
-        when: float | None = None
-        if dl:
-            when = dl[0][0]
-        if du and (when is None or du[0][0] < when):
-            when = du[0][0]
+        """Arm the one timer for the earliest deadline or due time."""
+        when = self._deadlines.first()
+        due = self._dues.first()
+        if due is not None and (when is None or due < when):
+            when = due
         if when == self._timer_when:
             return
         if self._timer is not None:
@@ -778,26 +768,18 @@ class AckQueue:
         if self._state is not _QState.OPEN:
             return
         now = self._clock.monotonic()
-        dl = self._deadlines
-        while dl and dl[0][0] <= now:
-            _, _, m, gen = heapq.heappop(dl)
-            if m._state is _MState.IN_FLIGHT and m._gen == gen:
-                m._state = _MState.TIMED_OUT
-                e = m._entry
-                del self._in_flight[e.key]
-                e.msg = None
-                self._timed_out += 1
-                self._make_due(e)
-                self._wake_getters(1)
-        du = self._dues
-        while du and du[0][0] <= now:
-            _, _, e, ver = heapq.heappop(du)
-            if e.state is State.DEFERRED and e.ver == ver:
-                self._n_deferred -= 1
-                self._make_due(e)
-        if len(du) > 2 * self._n_deferred + 1024:
-            self._dues = [x for x in du if x[2].state is State.DEFERRED and x[2].ver == x[3]]
-            heapq.heapify(self._dues)
+        for m in self._deadlines.pop_due(now):
+            m._state = _MState.TIMED_OUT
+            e = m._entry
+            del self._in_flight[e.key]
+            e.msg = None
+            self._timed_out += 1
+            self._make_due(e)
+            self._wake_getters(1)
+        for e in self._dues.pop_due(now):
+            self._n_deferred -= 1
+            self._make_due(e)
+        self._dues.trim(self._n_deferred)
         self._arm()
 
     # ------------------------------------------------------------------ the pump
