@@ -212,7 +212,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                          else f"open in process {rep.locked_by_pid}"))
     _out(f"segments  {len(rep.segments)} file(s), {rep.bytes_on_disk} bytes")
     if rep.segments:
-        rows = [["  FILE", "SIZE", "RECORDS", "BYTES", "CONSUMED", "UNREAD", "ROLE", "PROBLEM"]]
+        rows = [["  FILE", "SIZE", "RECORDS", "RANGE", "CONSUMED", "UNREAD", "ROLE", "PROBLEM"]]
         for s in rep.segments:
             prob = "-" if s.problem is None else f"{s.problem} @ {s.problem_offset}"
             rows.append(["  " + s.file, str(s.size), str(s.consumed + s.unread),
