@@ -33,6 +33,10 @@ from .errors import CorruptionError, DiskQueueError, QueueClosed
 
 log = logging.getLogger("aiodiskqueue")
 
+# A pending batch at least this large, from more than one waiting caller, is sent as
+# two pipelined hops (see _build_job).
+_SPLIT_MIN = 8
+
 
 class State(enum.Enum):
     """Life cycle of a queue object."""
@@ -308,7 +312,7 @@ class Engine:
             # With several producers, send half now and half pipelined right behind
             # it: while the I/O thread writes the second half, the loop wakes the first
             # half's producers, so thread and loop overlap instead of taking turns.
-            split = n >= 8 and self.sync_every > 1 and len(self.put_waiters) > 1
+            split = n >= _SPLIT_MIN and self.sync_every > 1 and len(self.put_waiters) > 1
             before = self.pending_bytes
             job.payloads = self._take_pending(n // 2 if split else n)
             moved = before - self.pending_bytes
