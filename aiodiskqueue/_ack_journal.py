@@ -237,8 +237,14 @@ class Journal:
         job.delete.append(oldest)
         return copies
 
-    def apply(self, built: Built, res: LogResult) -> list[Entry]:
-        """Take a hop's result: locations, moved entries, sizes. Returns written entries."""
+    def apply(self, built: Built, res: LogResult) -> tuple[list[Entry], list[Entry]]:
+        """Take a hop's result: locations, moved entries, sizes.
+
+        Returns the entries just written, and the live entries whose record
+        could not be read back for compaction and whose body is not in memory
+        either: they are lost, the caller forgets them. One whose body is in
+        memory is written again instead.
+        """
         done: list[Entry] = []
         for idx, e in built.entries:
             if e.log_state is not LogState.WRITING:
@@ -248,9 +254,18 @@ class Journal:
                 continue  # finished while being written: its bytes are dead
             self._place(e, res.locs[idx])
             done.append(e)
+        lost: list[Entry] = []
         for (key, old), new in zip(built.copies, res.copy_locs, strict=True):
             moved = self.entries.get(key)
             if moved is None or moved.loc != old:
+                continue
+            if new is None:  # damaged on disk, and its segment is gone now
+                self._unplace(moved)
+                if moved.body is None:
+                    lost.append(moved)
+                else:
+                    moved.log_state = LogState.PENDING
+                    self.pending.append(("E", moved))
                 continue
             self._unplace(moved)
             self._place(moved, new)
@@ -262,7 +277,7 @@ class Journal:
         for w in built.waiters:
             if not w.done():
                 w.set_result(None)
-        return done
+        return done, lost
 
     def fail(self, built: Built, exc: BaseException) -> None:
         """A hop failed: its records go back to the front of the batch, waiters get ``exc``."""

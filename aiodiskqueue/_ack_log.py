@@ -46,6 +46,21 @@ _ATTEMPTS_AT = ENTRY.size + 8  # the nsqd message's attempts field inside an E p
 Loc = tuple[int, int, int]  # segment number, offset of the frame, frame size
 
 
+def _intact_at(data: bytes, off: int) -> bool:
+    """Whether an intact frame starts at ``off``."""
+    if off + FRAME.size > len(data):
+        return False
+    n: int
+    crc: int
+    n, crc = FRAME.unpack_from(data, off)
+    end = off + FRAME.size + n
+    return n >= 1 and end <= len(data) and zlib.crc32(data[off + FRAME.size:end]) == crc
+
+
+class _Damaged(Exception):
+    """A record that should be there cannot be read back intact."""
+
+
 @dataclass(slots=True)
 class Stored:
     """A live entry found by recovery: where it is and its latest state."""
@@ -86,8 +101,8 @@ class LogResult:
     """Locations of the appended records and copies, bodies read, segment sizes."""
 
     locs: list[Loc]
-    copy_locs: list[Loc]
-    read_payloads: list[bytes]
+    copy_locs: list[Loc | None]  # None: the record could not be read, it was not copied
+    read_payloads: list[bytes | None]  # None: the record could not be read
     sizes: dict[int, int]
 
 
@@ -155,6 +170,11 @@ class AckLog:
 
     def _replay(self, num: int, data: bytes, entries: dict[int, Stored],
                 commit: tuple[int, int, int] | None) -> tuple[int, tuple[int, int, int] | None]:
+        """Apply one segment's records; return where its intact records end, and the commit.
+
+        A damaged record followed by an intact one (a flipped bit, not a torn
+        write) is skipped with an error: losing one entry beats losing the rest.
+        """
         off = 0
         n_data = len(data)
         while off + FRAME.size <= n_data:
@@ -163,32 +183,42 @@ class AckLog:
             if n < 1 or end > n_data:
                 break
             p = data[off + FRAME.size:end]
-            if zlib.crc32(p) != crc:
-                break
-            kind = p[0]
-            if kind == KIND_ENTRY and n >= ENTRY.size + NSQ_HEADER.size:
-                _, key, seq, due = ENTRY.unpack_from(p)
-                attempts = int.from_bytes(p[_ATTEMPTS_AT:_ATTEMPTS_AT + 2], "big")
-                entries[key] = Stored(num, off, end - off, seq, due, attempts)
-                self._track(key, seq)
-            elif kind == KIND_UPDATE and n == UPDATE.size:
-                _, key, due, attempts = UPDATE.unpack(p)
-                st = entries.get(key)
-                if st is not None:
-                    st.due_ns, st.attempts = due, attempts
-            elif kind == KIND_DONE and n == SEQ.size + 1:
-                key, seq = SEQ.unpack_from(p, 1)
-                entries.pop(key, None)
-                self._track(key, seq)
-            elif kind == KIND_HEAD and n == HEAD.size:
-                _, seq, cseq, cfile, cpos, nkey = HEAD.unpack(p)
-                self.fetch_seq = max(self.fetch_seq, seq)
-                self.next_key = max(self.next_key, nkey)
-                commit = (cseq, cfile, cpos)
-            else:
-                break
+            applied = zlib.crc32(p) == crc and self._apply(num, off, p, entries)
+            if applied is False:
+                if not _intact_at(data, end):
+                    break  # nothing intact follows: a torn tail
+                log.error("%s: damaged record at offset %d skipped", self.path(num), off)
+            elif applied is not True:
+                commit = applied
             off = end
         return off, commit
+
+    def _apply(self, num: int, off: int, p: bytes,
+               entries: dict[int, Stored]) -> bool | tuple[int, int, int]:
+        """Apply one intact record: True, a commit (for ``H``), or False if malformed."""
+        kind, n = p[0], len(p)
+        if kind == KIND_ENTRY and n >= ENTRY.size + NSQ_HEADER.size:
+            _, key, seq, due = ENTRY.unpack_from(p)
+            attempts = int.from_bytes(p[_ATTEMPTS_AT:_ATTEMPTS_AT + 2], "big")
+            entries[key] = Stored(num, off, FRAME.size + n, seq, due, attempts)
+            self._track(key, seq)
+        elif kind == KIND_UPDATE and n == UPDATE.size:
+            _, key, due, attempts = UPDATE.unpack(p)
+            st = entries.get(key)
+            if st is not None:
+                st.due_ns, st.attempts = due, attempts
+        elif kind == KIND_DONE and n == SEQ.size + 1:
+            key, seq = SEQ.unpack_from(p, 1)
+            entries.pop(key, None)
+            self._track(key, seq)
+        elif kind == KIND_HEAD and n == HEAD.size:
+            _, seq, cseq, cfile, cpos, nkey = HEAD.unpack(p)
+            self.fetch_seq = max(self.fetch_seq, seq)
+            self.next_key = max(self.next_key, nkey)
+            return (cseq, cfile, cpos)
+        else:
+            return False
+        return True
 
     def _track(self, key: int, seq: int) -> None:
         self.fetch_seq = max(self.fetch_seq, seq)
@@ -203,13 +233,21 @@ class AckLog:
         Raises OSError if a read, write or fsync fails; appended bytes of the
         failed job are cut off again when possible.
         """
-        reads = [self._read(loc)[ENTRY.size:] for loc in job.reads]
+        reads: list[bytes | None] = []
+        for loc in job.reads:
+            p = self._read_or_none(loc)
+            reads.append(None if p is None else p[ENTRY.size:])
         locs = self._append(job.records) if job.records else []
-        copy_locs: list[Loc] = []
+        copy_locs: list[Loc | None] = []
         if job.copies:
-            payloads = [rewrite_entry(self._read((seg, off, size)), due, attempts)
-                        for seg, off, size, due, attempts in job.copies]
-            copy_locs = self._append(payloads)
+            payloads: list[bytes] = []
+            for seg, off, size, due, attempts in job.copies:
+                p = self._read_or_none((seg, off, size))
+                copy_locs.append(None if p is None else (0, 0, 0))
+                if p is not None:
+                    payloads.append(rewrite_entry(p, due, attempts))
+            new = iter(self._append(payloads))
+            copy_locs = [None if c is None else next(new) for c in copy_locs]
         if job.sync or job.copies or job.delete:
             self._sync()
         for num in job.delete:
@@ -224,6 +262,15 @@ class AckLog:
             self._sync_dir()
         return LogResult(locs, copy_locs, reads, dict(self.sizes))
 
+    def _read_or_none(self, loc: Loc) -> bytes | None:
+        """An ``E`` payload, or None (logged) if it is damaged: one bad record must not
+        stop the log. A failing disk still raises (OSError from the read itself)."""
+        try:
+            return self._read(loc)
+        except _Damaged as exc:
+            log.error("%s", exc)
+            return None
+
     def _read(self, loc: Loc) -> bytes:
         seg, off, size = loc
         if seg == self.active and self._fd is not None:
@@ -233,11 +280,11 @@ class AckLog:
                 f.seek(off)
                 data = f.read(size)
         if len(data) != size:
-            raise OSError(f"{self.path(seg)}: short read at offset {off}")
+            raise _Damaged(f"{self.path(seg)}: short read at offset {off}")
         n, crc = FRAME.unpack_from(data)
         p = data[FRAME.size:]
-        if n != len(p) or zlib.crc32(p) != crc:
-            raise OSError(f"{self.path(seg)}: bad record at offset {off}")
+        if n != len(p) or zlib.crc32(p) != crc or p[0] != KIND_ENTRY:
+            raise _Damaged(f"{self.path(seg)}: bad entry record at offset {off}")
         return p
 
     def _append(self, payloads: list[bytes]) -> list[Loc]:

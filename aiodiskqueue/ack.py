@@ -923,10 +923,21 @@ class AckQueue:
                 raise err from exc
             await asyncio.sleep(min(1.0, self._sync_interval))  # back off before retrying
             return
-        written = self._journal.apply(built, res)
+        written, lost = self._journal.apply(built, res)
         if built.job.sync:
             self._log_syncs += 1
-        for e, payload in zip(built.reads, res.read_payloads):
+        for e in lost:
+            log.error("%s: message %s lost: its ack log record is damaged", self._name, e.key)
+            if e.state is State.DEFERRED:
+                self._n_deferred -= 1
+            self._journal.done(e)
+        for e, payload in zip(built.reads, res.read_payloads, strict=True):
+            if payload is None:
+                if e.state is State.LOADING:
+                    log.error("%s: message %s lost: its ack log record is damaged",
+                              self._name, e.key)
+                    self._journal.done(e)
+                continue
             ts, _, msg_id, body = decode_nsq(payload)
             e.timestamp, e.msg_id, e.body = ts, msg_id, body
             if e.state is State.LOADING:

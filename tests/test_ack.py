@@ -836,3 +836,41 @@ async def test_log_write_error_is_reported_and_retried(make_ack: MakeAck,
     await q.aclose()
     q2 = await make_ack()
     assert q2.empty()
+
+
+async def test_damaged_log_entry_is_skipped(make_ack: MakeAck, tmp_path: Path,
+                                            clock: ManualClock,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    q = await make_ack()
+    await q.put(b"damaged", delay=5.0)
+    await q.put(b"fine", delay=5.0)
+    await q.aclose()
+    log_file = tmp_path / "jobs.ack.000000.log"
+    data = bytearray(log_file.read_bytes())
+    at = data.find(b"damaged")
+    data[at] ^= 0xFF  # a flipped bit inside the first entry's body: its crc fails
+    log_file.write_bytes(bytes(data))
+    q = await make_ack()  # the damaged entry is skipped, the one after it kept
+    assert "damaged record at offset" in caplog.text
+    assert q.statistics().deferred == 1
+    clock.advance(5.0)
+    m = await get(q)
+    assert m.body == b"fine"
+
+
+async def test_damaged_record_read_when_due_is_dropped(make_ack: MakeAck, tmp_path: Path,
+                                                       clock: ManualClock,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    q = await make_ack()
+    await q.put(b"damaged", delay=5.0)
+    await q.put(b"fine", delay=6.0)
+    await q.sync()  # written: the bodies are read back from disk when due
+    log_file = tmp_path / "jobs.ack.000000.log"
+    data = bytearray(log_file.read_bytes())
+    data[data.find(b"damaged")] ^= 0xFF
+    log_file.write_bytes(bytes(data))
+    clock.advance(6.0)
+    m = await get(q)
+    assert m.body == b"fine"
+    assert "lost: its ack log record is damaged" in caplog.text
+    assert q.statistics().deferred == 0 and q.qsize() == 0
