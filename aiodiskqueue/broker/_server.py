@@ -9,6 +9,7 @@ import itertools
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,6 +36,12 @@ from ._protocol import (
 from ._topic import Channel
 
 log = logging.getLogger(__name__)
+
+Reply = bytes | ClientError | asyncio.Task[bytes] | None
+"""What a command handler returns: a frame, an error, a reply still being stored, nothing."""
+
+_MAX_PENDING_REPLIES = 256
+"""Publishes in progress per connection before the next command waits for the oldest."""
 
 _LINE_LIMIT = 64 * 1024
 _WRITE_HIGH_WATER = 1 << 20
@@ -94,7 +101,10 @@ class Connection:
         self._waiter: asyncio.Future[None] | None = None
         self._next_prune = 0.0
         self._last_active = 0.0
-        self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[bytes | None]]] = {
+        self._replies: deque[bytes | ClientError | asyncio.Task[bytes]] = deque()
+        """Replies not sent yet, in command order: a publish's reply waits for its store."""
+        self._failed = False
+        self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[Reply]]] = {
             b"IDENTIFY": self._identify,
             b"SUB": self._sub,
             b"RDY": self._rdy,
@@ -132,6 +142,55 @@ class Connection:
             self._flush()
             await self.writer.drain()
 
+    def _reply(self, item: Reply) -> None:
+        """Send a reply now, or queue it behind replies still waiting for their store."""
+        if item is None:
+            return
+        if isinstance(item, asyncio.Task):
+            self._replies.append(item)
+            item.add_done_callback(self._send_replies)
+        elif self._replies:
+            self._replies.append(item)
+        elif isinstance(item, ClientError):
+            self._send_reply(item)
+        else:
+            self.send(item)
+
+    def _send_replies(self, _task: object = None) -> None:
+        """Send the replies at the head of the queue that are ready, in order."""
+        replies = self._replies
+        while replies and not self._failed:
+            head = replies[0]
+            if isinstance(head, asyncio.Task):
+                if not head.done():
+                    return
+                replies.popleft()
+                if head.cancelled():
+                    continue
+                exc = head.exception()
+                if exc is None:
+                    self.send(head.result())
+                    continue
+                if not isinstance(exc, ClientError):
+                    log.error("client %s: publish failed", self, exc_info=exc)
+                    exc = ClientError("E_PUB_FAILED", f"PUB failed {exc}")
+                self._send_reply(exc)
+            else:
+                replies.popleft()
+                if isinstance(head, ClientError):
+                    self._send_reply(head)
+                else:
+                    self.send(head)
+
+    def _send_reply(self, err: ClientError) -> None:
+        self.send(err.frame())
+        if err.fatal:
+            # Like nsqd: the error frame goes out, then the connection closes.
+            self._failed = True
+            self._replies.clear()
+            self._flush()
+            self.close()
+
     # ------------------------------------------------------------------ main loop
 
     async def run(self) -> None:
@@ -168,14 +227,20 @@ class Connection:
                     resp = await handler(params)
                 except ClientError as err:
                     log.info("client %s: %s", self, err)
-                    self.send(err.frame())
+                    self._reply(err)
                     if err.fatal:
                         return
                     continue
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 if resp is not None:
-                    self.send(resp)
+                    self._reply(resp)
+                if self._failed:
+                    return
+                if len(self._replies) > _MAX_PENDING_REPLIES:
+                    head = self._replies[0]
+                    if isinstance(head, asyncio.Task):
+                        await asyncio.wait((head,))
                 await self._drain_if_needed()
         except Exception:
             log.exception("client %s: unexpected error", self)
@@ -185,6 +250,12 @@ class Connection:
     async def _teardown(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        storing = [r for r in self._replies if isinstance(r, asyncio.Task)]
+        if storing:
+            # Publishes already started complete (their messages are stored);
+            # their replies go out if the client is still there.
+            await asyncio.wait(storing)
+            self._send_replies()
         await self._stop_pump()
         ch = self.channel
         if ch is not None:
@@ -245,7 +316,7 @@ class Connection:
 
     # ------------------------------------------------------------------ commands
 
-    async def _identify(self, params: list[bytes]) -> bytes | None:
+    async def _identify(self, params: list[bytes]) -> Reply:
         if self.state is not State.INIT:
             raise ClientError("E_INVALID", "cannot IDENTIFY in current state")
         body = await self._read_body("IDENTIFY", "E_BAD_BODY", self.broker.options.max_body_size)
@@ -257,13 +328,13 @@ class Connection:
             self._heartbeat = asyncio.get_running_loop().create_task(self._run_heartbeat())
         return frame(FRAME_RESPONSE, resp)
 
-    async def _auth(self, params: list[bytes]) -> bytes | None:
+    async def _auth(self, params: list[bytes]) -> Reply:
         if self.state is not State.INIT:
             raise ClientError("E_INVALID", "cannot AUTH in current state")
         await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
         raise ClientError("E_AUTH_DISABLED", "AUTH Disabled")
 
-    async def _sub(self, params: list[bytes]) -> bytes | None:
+    async def _sub(self, params: list[bytes]) -> Reply:
         if self.state is not State.INIT:
             raise ClientError("E_INVALID", "cannot SUB in current state")
         if self.config.heartbeat_interval_ms <= 0:
@@ -283,7 +354,7 @@ class Connection:
         self.state = State.SUBSCRIBED
         return _OK_FRAME
 
-    async def _rdy(self, params: list[bytes]) -> bytes | None:
+    async def _rdy(self, params: list[bytes]) -> Reply:
         if self.state is State.CLOSING:
             return None
         if self.state is not State.SUBSCRIBED:
@@ -316,7 +387,7 @@ class Connection:
             raise ClientError(code, f"{cmd} {_show(msg_id)} failed ID not in flight", fatal=False)
         return d
 
-    async def _fin(self, params: list[bytes]) -> bytes | None:
+    async def _fin(self, params: list[bytes]) -> Reply:
         d = self._settle_params(params, "FIN", 2)
         del self.in_flight[d.id]
         self.wake()
@@ -327,7 +398,7 @@ class Connection:
         self.finish_count += 1
         return None
 
-    async def _req(self, params: list[bytes]) -> bytes | None:
+    async def _req(self, params: list[bytes]) -> Reply:
         d = self._settle_params(params, "REQ", 3)
         ms = parse_int(params[2])
         if ms is None:
@@ -344,7 +415,7 @@ class Connection:
         self.requeue_count += 1
         return None
 
-    async def _touch(self, params: list[bytes]) -> bytes | None:
+    async def _touch(self, params: list[bytes]) -> Reply:
         d = self._settle_params(params, "TOUCH", 2)
         try:
             await d.touch()
@@ -354,10 +425,10 @@ class Connection:
             raise ClientError("E_TOUCH_FAILED", f"TOUCH {_show(d.id)} failed {exc}", fatal=False) from None
         return None
 
-    async def _nop(self, params: list[bytes]) -> bytes | None:
+    async def _nop(self, params: list[bytes]) -> Reply:
         return None
 
-    async def _cls(self, params: list[bytes]) -> bytes | None:
+    async def _cls(self, params: list[bytes]) -> Reply:
         if self.state is not State.SUBSCRIBED:
             raise ClientError("E_INVALID", "cannot CLS in current state")
         self.state = State.CLOSING
@@ -365,14 +436,13 @@ class Connection:
         await self._stop_pump()
         return frame(FRAME_RESPONSE, CLOSE_WAIT)
 
-    async def _pub(self, params: list[bytes]) -> bytes | None:
+    async def _pub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "PUB", 2)
         body = await self._read_body("PUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
-        await self._publish("E_PUB_FAILED", "PUB", tname, [body])
-        return _OK_FRAME
+        return self._publish("E_PUB_FAILED", "PUB", tname, [body])
 
-    async def _dpub(self, params: list[bytes]) -> bytes | None:
+    async def _dpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "DPUB", 3)
         ms = parse_int(params[2])
         if ms is None:
@@ -382,24 +452,35 @@ class Connection:
             raise ClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{mx}")
         body = await self._read_body("DPUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
-        await self._publish("E_DPUB_FAILED", "DPUB", tname, [body], ms / 1000)
-        return _OK_FRAME
+        return self._publish("E_DPUB_FAILED", "DPUB", tname, [body], ms / 1000)
 
-    async def _mpub(self, params: list[bytes]) -> bytes | None:
+    async def _mpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "MPUB", 2)
         body = await self._read_body("MPUB", "E_BAD_BODY", self.broker.options.max_body_size)
         bodies = parse_mpub(body, self.broker.options.max_msg_size)
-        await self._publish("E_MPUB_FAILED", "MPUB", tname, bodies)
-        return _OK_FRAME
+        return self._publish("E_MPUB_FAILED", "MPUB", tname, bodies)
 
-    async def _publish(self, code: str, cmd: str, tname: str, bodies: list[bytes],
-                       delay: float = 0.0) -> None:
+    def _publish(self, code: str, cmd: str, tname: str, bodies: list[bytes],
+                 delay: float = 0.0) -> asyncio.Task[bytes]:
+        """Start storing ``bodies``; the task's result is the ``OK`` frame.
+
+        The next command is read while this one is stored, so a client that
+        pipelines PUBs has them written in one batch; replies stay in order
+        (see :meth:`_reply`). Tasks start in command order and each put is
+        queued before its first wait, so messages keep their order.
+        """
+        return asyncio.get_running_loop().create_task(
+            self._store(code, cmd, tname, bodies, delay))
+
+    async def _store(self, code: str, cmd: str, tname: str, bodies: list[bytes],
+                     delay: float) -> bytes:
         try:
             topic = await self.broker.get_topic(tname)
             await topic.publish(bodies, delay)
         except (DiskQueueError, OSError) as exc:
             log.error("client %s: %s to %s failed: %s", self, cmd, tname, exc)
             raise ClientError(code, f"{cmd} failed {exc}") from None
+        return _OK_FRAME
 
     # ------------------------------------------------------------------ delivery
 
