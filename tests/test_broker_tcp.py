@@ -442,21 +442,22 @@ async def test_serves_a_channel_queue_in_nsqd_layout(
         (b"old %d" % i, b"%016x" % i, 4, 1_600_000_000_000_000_000 + i) for i in range(3)]
 
 
+@pytest.mark.parametrize("n", [50, 600], ids=["50-pubs", "600-pubs-past-the-pending-bound"])
 async def test_pipelined_publishes_keep_order_and_replies_stay_in_order(
-    broker: BrokerServer, raw_clients: list[RawClient]
+    broker: BrokerServer, raw_clients: list[RawClient], n: int
 ) -> None:
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("pipe", "ch", rdy=0)
     p = await connect(broker.tcp_port, raw_clients)
-    bodies = [b"p%02d" % i for i in range(50)]
+    bodies = [b"p%03d" % i for i in range(n)]
     batch = b"".join(b"PUB pipe\n" + struct.pack(">i", len(b)) + b for b in bodies)
     mpub = struct.pack(">i", 2) + b"".join(struct.pack(">i", 3) + b for b in (b"m00", b"m01"))
     p.writer.write(batch + b"MPUB pipe\n" + struct.pack(">i", len(mpub)) + mpub + b"BOGUS\n")
-    replies = [await p.read() for _ in range(51)]  # 50 PUB, 1 MPUB
-    assert [(f.type, f.data) for f in replies] == [(0, b"OK")] * 51
+    replies = [await p.read() for _ in range(n + 1)]  # n PUB, 1 MPUB
+    assert [(f.type, f.data) for f in replies] == [(0, b"OK")] * (n + 1)
     err = await p.read()
     assert err.is_error and err.data.startswith(b"E_INVALID invalid command")  # after every OK
     assert await p.closed_by_server()
-    c.send(b"RDY 60")
-    got = [(await c.read()).body for _ in range(52)]
+    c.send(b"RDY 1000")
+    got = [(await c.read()).body for _ in range(n + 2)]
     assert got == bodies + [b"m00", b"m01"]  # stored in the order sent
