@@ -26,7 +26,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._layout import Layout, fsync_dir
 from ._lock import QueueLock, lock_holder
@@ -625,11 +625,10 @@ def repair(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
 # ---------------------------------------------------------------------- reading messages
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One stored message and where its record starts."""
+class Message(NamedTuple):
+    """One stored message, its number from the first message shown, and where its record starts."""
 
-    index: int
+    seq: int
     file: str
     offset: int
     payload: bytes
@@ -663,15 +662,16 @@ def iter_messages(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
         if num < fnum:
             continue
         begin = pos if num == fnum else 0
+        fname = os.path.basename(path)
         try:
             spans = iter_spans(path, num, begin, None, min_size, max_size)
             for span in spans:
                 for payload, _, end in span.records:
-                    yield Message(index, os.path.basename(path), end - 4 - len(payload), payload)
+                    yield Message(index, fname, end - 4 - len(payload), payload)
                     index += 1
                 if span.problem is not None and on_problem is not None:
                     kind = "torn tail" if span.problem == TORN else "bad length"
-                    on_problem(Problem(kind, ERROR, os.path.basename(path), span.end,
+                    on_problem(Problem(kind, ERROR, fname, span.end,
                                        "reading goes on with the next segment"))
         except FileNotFoundError:
             continue  # consumed and deleted by the queue while we looked
@@ -705,12 +705,13 @@ class Follower:
             newer = sorted(n for n in segs if n > self.fnum)
             path = segs.get(self.fnum)
             if path is not None:
+                fname = os.path.basename(path)
                 try:
                     for span in iter_spans(path, self.fnum, self.pos, None,
                                            self.min_size, self.max_size):
                         for payload, _, end in span.records:
-                            out.append(Message(self.index, os.path.basename(path),
-                                               end - 4 - len(payload), payload))
+                            out.append(Message(self.index, fname, end - 4 - len(payload),
+                                               payload))
                             self.index += 1
                         self.pos = span.end
                         # An incomplete record at the end of the newest segment is

@@ -342,7 +342,7 @@ def _emit(msg: Message, fmt: str, as_json: bool, out: IO[bytes]) -> None:
     p = msg.payload
     if fmt == "nsq":
         fields = _nsq_fields(p)
-        where = {"index": msg.index, "file": msg.file, "offset": msg.offset}
+        where = {"index": msg.seq, "file": msg.file, "offset": msg.offset}
         if fields is None:
             line = json.dumps({**where, "error": f"{len(p)} bytes: too short for an nsq message"})
             if not as_json:
@@ -357,11 +357,11 @@ def _emit(msg: Message, fmt: str, as_json: bool, out: IO[bytes]) -> None:
         out.write(line.encode("utf-8", "backslashreplace") + b"\n")
     elif fmt == "json" or as_json:
         text, enc = _text(p)
-        obj = {"index": msg.index, "file": msg.file, "offset": msg.offset, "length": len(p),
+        obj = {"index": msg.seq, "file": msg.file, "offset": msg.offset, "length": len(p),
                "payload": text, "encoding": enc}
         out.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
     elif fmt == "hex":
-        out.write(f"{msg.index}\t{msg.file}\t{msg.offset}\t{len(p)}\t{p.hex()}\n".encode())
+        out.write(f"{msg.seq}\t{msg.file}\t{msg.offset}\t{len(p)}\t{p.hex()}\n".encode())
     else:
         out.write(p + b"\n")
 
@@ -379,6 +379,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
     def take(msgs: Iterator[Message] | list[Message]) -> bool:
         """Print; return False once the limit is reached."""
         nonlocal skip, left
+        raw = args.format == "raw" and not args.json
+        write = out.write
         for m in msgs:
             if skip > 0:
                 skip -= 1
@@ -387,7 +389,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 if left <= 0:
                     return False
                 left -= 1
-            _emit(m, args.format, args.json, out)
+            if raw:
+                write(m.payload)
+                write(b"\n")
+            else:
+                _emit(m, args.format, args.json, out)
         out.flush()
         return left is None or left > 0
 
