@@ -1,7 +1,7 @@
 """Child process for the AckQueue kill tests; killed with SIGKILL at random points.
 
 ``consume DIR SYNC_EVERY SEED [LOG_SEGMENT_BYTES DATA_FILE_BYTES]``: four
-consumer tasks; each prints ``B idx`` just before ``finish()`` and ``F idx``
+consumer tasks; each prints ``B idx id attempts`` just before ``finish()`` and ``F idx``
 once it returned, or ``R idx`` before a requeue.
 ``defer DIR N``: puts deferred messages, printing ``P idx t delay`` (t: wall
 clock ns before the call) once ``put()`` returned.
@@ -39,7 +39,7 @@ async def consume(directory: str, sync_every: int, seed: int, log_bytes: int,
                     # Now or a little later: requeued entries reach the log with their bodies.
                     await msg.requeue(rng.choice([0.0, 0.05]))
                     continue
-                out(f"B {idx}")
+                out(f"B {idx} {msg.id} {msg.attempts}")
                 await msg.finish()
                 out(f"F {idx}")
 

@@ -80,7 +80,7 @@ async def test_consumer_killed_loses_nothing(tmp_path: Path, sync_every: int, ro
         after = rng.choice([0.0, rng.uniform(0, 0.4)])
         lines = await run_and_kill(tmp_path, after, "consume", str(tmp_path), str(sync_every),
                                    str(r), *files)
-        for kind, idx in lines:
+        for kind, idx, *_ in lines:
             if kind in ("B", "R"):
                 seen_after.append((r, int(idx)))
             if kind == "B":
