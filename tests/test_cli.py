@@ -471,3 +471,26 @@ async def test_killed_writer_leaves_stale_meta_that_repair_indexes(tmp_path: Pat
     got, stats = await drain(tmp_path, "crash", max_bytes_per_file=4096)
     assert got == [b"first"] + [b"m-%04d" % i for i in range(500)]
     assert stats.recovered == 0
+
+
+# ---------------------------------------------------------------------- queues written by DiskQueue
+
+
+async def test_queue_closed_cleanly_verifies_sound(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "own", max_bytes_per_file=300) as q:
+        await q.put_many([b"payload-%03d" % i for i in range(200)])
+        for _ in range(57):
+            await q.get()
+        depth = q.qsize()
+    res = await asyncio.to_thread(cli, "verify", tmp_path, "own")
+    assert res.returncode == 0, res.stdout
+    code, rep = await asyncio.to_thread(cli_json, "inspect", tmp_path, "own")
+    assert code == 0
+    assert rep["depth"] == rep["meta"]["depth"] == depth == 143
+    res = await asyncio.to_thread(cli, "dump", tmp_path, "own", "--limit", "1")
+    assert res.stdout == "payload-057\n"
+
+    async with DiskQueue(tmp_path, "own", max_bytes_per_file=300) as q:
+        await q.purge()
+    code, rep = await asyncio.to_thread(cli_json, "verify", tmp_path, "own")
+    assert (code, rep["depth"], rep["problems"]) == (0, 0, [])
