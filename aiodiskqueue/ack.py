@@ -101,8 +101,11 @@ class Message:
     """One delivery of a message: finish it, requeue it or touch it while it is in flight.
 
     ``id`` (16 hex characters), ``body``, ``attempts`` (deliveries so far,
-    including this one) and ``timestamp`` (ns since the epoch, when it was put)
-    are plain attributes.
+    including this one) and ``timestamp`` (ns since the epoch) are plain
+    attributes. The timestamp is the put's with ``format="nsq"`` and for a
+    deferred put; a raw data record carries none, so its id and timestamp are
+    given when it is first taken out of the data queue (and kept from then on,
+    once the ack log holds it).
 
     ``async with msg:`` finishes the message when the block succeeds. When the
     block raises an ``Exception`` the message is requeued with a backoff delay
