@@ -83,21 +83,21 @@ def _table(rows: list[list[str]], right: frozenset[int] = frozenset()) -> None:
 
 @contextlib.contextmanager
 def _progress(total: int, enabled: bool, label: str) -> Iterator[Callable[[int], None] | None]:
-    """A byte progress bar on stderr when it is a terminal and rich is installed."""
+    """A byte progress bar on stderr when it is a terminal and tqdm is installed."""
     if not enabled or total <= 0 or not sys.stderr.isatty():
         yield None
         return
     try:
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+        from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         yield None
         return
-    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(),
-                   console=Console(stderr=True), transient=True)
-    with bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+    bar = tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
+               file=sys.stderr, leave=False, dynamic_ncols=True)
+    try:
+        yield bar.update
+    finally:
+        bar.close()
 
 
 def _layout(args: argparse.Namespace) -> Layout:
