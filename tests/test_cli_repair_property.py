@@ -41,9 +41,14 @@ async def _take_all(d: Path, name: str) -> tuple[list[bytes], Statistics]:
         stats = q.statistics()
         out: list[bytes] = []
         # qsize() of a damaged queue is an upper bound until reading meets the
-        # damage; the queue then corrects it, so this loop ends.
+        # damage; the queue then lowers it, but a get() already waiting keeps
+        # waiting for a put (as asyncio.Queue.get does). So a get() that times
+        # out is fine only if the queue has found there is nothing left.
         while q.qsize():
-            out.append(await asyncio.wait_for(q.get(), 10))
+            try:
+                out.append(await asyncio.wait_for(q.get(), 5))
+            except TimeoutError:
+                assert q.qsize() == 0
         return out, stats
 
 
