@@ -2,7 +2,7 @@
 
 ``consume DIR SYNC_EVERY SEED [LOG_SEGMENT_BYTES DATA_FILE_BYTES]``: four
 consumer tasks; each prints ``B idx id attempts`` just before ``finish()`` and ``F idx``
-once it returned, or ``R idx`` before a requeue.
+once it returned, or ``R idx id attempts`` before a requeue.
 ``defer DIR N``: puts deferred messages, printing ``P idx t delay`` (t: wall
 clock ns before the call) once ``put()`` returned.
 Both print ``READY`` once the queue is open. One line per write, flushed.
@@ -35,7 +35,7 @@ async def consume(directory: str, sync_every: int, seed: int, log_bytes: int,
             async for msg in q:
                 idx = msg.body.decode()
                 if rng.random() < 0.1:
-                    out(f"R {idx}")
+                    out(f"R {idx} {msg.id} {msg.attempts}")
                     # Now or a little later: requeued entries reach the log with their bodies.
                     await msg.requeue(rng.choice([0.0, 0.05]))
                     continue
