@@ -130,12 +130,15 @@ class _AckDelivery:
         return self._m.in_flight
 
     async def finish(self) -> None:
+        """FIN. Raises MessageNotInFlight if it is no longer in flight."""
         await self._m.finish()
 
     async def requeue(self, delay: float = 0.0) -> None:
+        """REQ with ``delay`` seconds. Raises MessageNotInFlight if it is no longer in flight."""
         await self._m.requeue(delay)
 
     async def touch(self) -> None:
+        """TOUCH. Raises MessageNotInFlight if it is no longer in flight."""
         await self._m.touch()
 
 
@@ -153,14 +156,17 @@ class AckStore:
         self.q = q
 
     async def put(self, body: bytes, delay: float = 0.0) -> None:
+        """Store ``body``; returns once written (fsynced with ``sync_every=1``)."""
         await self.q.put(body, delay=delay)
 
     async def put_many(self, bodies: list[bytes]) -> None:
+        """Store ``bodies`` in order, as one batch of the data queue."""
         # AckQueue has no put_many: start every put in order in this loop
         # iteration, so the data queue writes them as one batch, in order.
         await asyncio.gather(*(self.q.put(b) for b in bodies))
 
     async def get(self, msg_timeout: float | None = None) -> Delivery:
+        """The next due message, now in flight (``msg_timeout`` is not honoured, see above)."""
         return _AckDelivery(await self.q.get())
 
     async def empty(self) -> None:
@@ -170,16 +176,23 @@ class AckStore:
             try:
                 m = q.get_nowait()
             except QueueEmpty:
-                m = await q.get()
+                # Not read ahead yet, or taken by a consumer meanwhile: wait a
+                # little, then look at the depth again (a cancelled get loses nothing).
+                try:
+                    m = await asyncio.wait_for(q.get(), 0.05)
+                except TimeoutError:
+                    continue
             await m.finish()
 
     def stats(self) -> StoreStats:
+        """The queue's depth, in-flight and deferred counts and counters."""
         s = self.q.statistics()
         return StoreStats(depth=s.depth, in_flight=s.in_flight, deferred=s.deferred,
                           finished=s.finished, requeued=s.requeued, timed_out=s.timed_out,
                           dead_lettered=s.dead_lettered)
 
     async def aclose(self) -> None:
+        """Close the queue (in-flight messages are delivered again after the next open)."""
         await self.q.aclose()
 
 
