@@ -64,8 +64,12 @@ class State(enum.IntEnum):
 class Connection:
     """One client connection speaking protocol V2.
 
-    Commands are handled in order, one at a time, as nsqd does: a ``PUB`` is
-    answered ``OK`` only after the message is stored in every channel. While
+    Commands are read and handled in order, as nsqd does, with one
+    difference: while a ``PUB``/``MPUB``/``DPUB`` is being stored the next
+    command is already read, so pipelined publishes share a write batch.
+    Replies still go out in command order, and an ``OK`` only once the
+    message is stored in every channel (an error frame after the replies of
+    the commands before it). While
     subscribed, a pump task takes messages from the channel's store whenever
     the client's in-flight count is below its ``RDY`` count and writes them
     out. Frames produced in one event loop iteration go out in one write.
