@@ -646,6 +646,36 @@ def start_position(layout: Layout) -> tuple[int, int]:
     return meta.read
 
 
+def _bad_num(path: str) -> int:
+    # NAME.diskqueue.000020.dat.bad[.N]: the segment number it was quarantined from.
+    part = os.path.basename(path).rsplit(".diskqueue.", 1)[-1].split(".", 1)[0]
+    return int(part) if part.isdigit() else -1
+
+
+def quarantine_summary(path: str, min_size: int = 0, max_size: int = 1 << 20) -> dict[str, Any]:
+    """What a ``.bad`` file still holds: whole records up to its first damage."""
+    w = walk_segment(path, _bad_num(path), 0, min_size, max_size)
+    return {"file": os.path.basename(path), "size": w.size, "records": w.records,
+            "readable_bytes": w.end, "problem": w.problem,
+            "problem_offset": w.end if w.problem is not None else None}
+
+
+def iter_quarantined(layout: Layout, min_size: int = 0,
+                     max_size: int = 1 << 20) -> Iterator[Message]:
+    """Yield the readable records of every ``.bad`` file, oldest segment first.
+
+    Each file is read from its start up to its first damage: what an operator
+    can still salvage from it.
+    """
+    index = 0
+    for path in sorted(layout.bad_files(), key=lambda p: (_bad_num(p), p)):
+        fname = os.path.basename(path)
+        for span in iter_spans(path, _bad_num(path), 0, None, min_size, max_size):
+            for payload, _, end in span.records:
+                yield Message(index, fname, end - 4 - len(payload), payload)
+                index += 1
+
+
 def iter_messages(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
                   start: tuple[int, int] | None = None,
                   on_problem: Callable[[Problem], None] | None = None,

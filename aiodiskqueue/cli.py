@@ -35,7 +35,9 @@ from ._inspect import (
     analyze,
     holder,
     iter_messages,
+    iter_quarantined,
     plan_repair,
+    quarantine_summary,
     queue_exists,
     repair,
     total_bytes,
@@ -196,8 +198,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Show the meta file, every segment, and what is read and unread."""
     lay = _layout(args)
     rep = _analyze(args, lay)
+    bad = [quarantine_summary(b, args.min_msg_size, args.max_msg_size) for b in rep.bad_files]
     if args.json:
-        _json_doc(rep.to_dict())
+        _json_doc({**rep.to_dict(), "quarantined": bad})
         return EXIT_OK
     _out(f"queue     {rep.name} in {rep.directory}")
     m = rep.meta
@@ -225,8 +228,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         tail = rep.depth - (rep.indexed_depth or 0)
         extra = f"; {tail} more past the meta's write position" if tail else ""
         _out(f"depth     meta {m.depth}, scan {rep.indexed_depth} ({state}){extra}")
-    for b in rep.bad_files:
-        _out(f"quarantined {os.path.basename(b)} ({os.stat(b).st_size} bytes)")
+    for q in bad:
+        _out(f"quarantined {q['file']}: {q['size']} bytes, {q['records']} readable record(s) "
+             f"before offset {q['readable_bytes']} (dump --quarantined shows them)")
     for n in rep.notes:
         if not n.endswith(": quarantined"):
             _out(f"note      {n}")
@@ -397,6 +401,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
         out.flush()
         return left is None or left > 0
 
+    if args.quarantined:
+        if args.follow:
+            raise CliError("--quarantined and --follow do not go together")
+        take(iter_quarantined(lay, args.min_msg_size, args.max_msg_size))
+        return EXIT_OK
     if not args.follow:
         take(iter_messages(lay, args.min_msg_size, args.max_msg_size, on_problem=on_problem))
         return EXIT_OK
@@ -634,6 +643,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep printing messages as they are written, like tail -f")
     p.add_argument("--interval", type=_pos_float, default=0.5, metavar="SECONDS",
                    help="poll interval for --follow (default 0.5)")
+    p.add_argument("--quarantined", action="store_true",
+                   help="instead, the records still readable in the quarantined .bad files "
+                        "(each up to its first damage), to salvage them")
     p.set_defaults(func=cmd_dump, no_progress=True)
 
     queue_cmd("verify", "scan every record; exit 1 listing each problem with file and "

@@ -179,3 +179,35 @@ async def test_follow_prints_new_messages_across_rolls(tmp_path: Path) -> None:
         assert [x["index"] for x in first + rest] == list(range(25))
         assert len({x["file"] for x in rest}) > 2
         assert q.qsize() == 25  # nothing was consumed
+
+
+def _overwrite(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+async def test_quarantined_records_can_be_salvaged(gofx: Path, tmp_path: Path) -> None:
+    d = copy_queue(gofx, "fixture", tmp_path)
+    # Damage the 4th record of file 7 (msgs 188..214): the queue quarantines the
+    # file when it reads it; the first three records are still readable there.
+    offset = sum(4 + len(fixture_msg(i)) for i in range(188, 191))
+    _overwrite(d / "fixture.diskqueue.000007.dat", offset, struct.pack(">i", 1 << 30))
+    async with DiskQueue(d, "fixture", max_bytes_per_file=1024) as q:
+        while q.qsize():
+            try:
+                await asyncio.wait_for(q.get(), 5)
+            except TimeoutError:
+                assert q.qsize() == 0
+    assert (d / "fixture.diskqueue.000007.dat.bad").exists()
+
+    res = await asyncio.to_thread(cli, "dump", d, "fixture", "--quarantined", "--json")
+    rows = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [r["payload"].encode() for r in rows] == [fixture_msg(i) for i in (188, 189, 190)]
+    assert {r["file"] for r in rows} == {"fixture.diskqueue.000007.dat.bad"}
+    res = await asyncio.to_thread(cli, "inspect", d, "fixture", "--json")
+    (bad,) = json.loads(res.stdout)["quarantined"]
+    assert (bad["file"], bad["records"], bad["readable_bytes"], bad["problem"]) == \
+        ("fixture.diskqueue.000007.dat.bad", 3, offset, "bad_length")
+    res = await asyncio.to_thread(cli, "dump", d, "fixture", "--quarantined", "--follow")
+    assert res.returncode == 2
