@@ -64,6 +64,10 @@ else:
         msg.enable_async()
         body = msg.body.decode()
         out["results"].append([body, msg.attempts])
+        if mode == "grab":  # take messages and leave without answering
+            if len(out["results"]) >= expect:
+                loop.add_callback(stop)
+            return
         if body.startswith("retry") and msg.attempts == 1:
             msg.requeue(delay=0, backoff=False)
             return
@@ -124,3 +128,14 @@ async def test_pynsq_writer_to_pynsq_reader(broker: BrokerServer) -> None:
     assert pub["errors"] == []
     sub = await _run_child("sub", str(broker.tcp_port), "py_e2e", "c", "5")
     assert sorted(b for b, _ in sub["results"]) == ["a", "b", "c", "d", "deferred"]
+
+
+async def test_pynsq_consumer_leaving_mid_flight(broker: BrokerServer) -> None:
+    topic = await broker.broker.get_topic("py_leave")
+    await broker.broker.get_channel(topic, "c")
+    await topic.publish([b"one", b"two", b"three"])
+    grabbed = await _run_child("grab", str(broker.tcp_port), "py_leave", "c", "3")
+    assert sorted(b for b, _ in grabbed["results"]) == ["one", "three", "two"]
+    # The child exited with all three in flight: they are delivered again, at once.
+    again = await _run_child("sub", str(broker.tcp_port), "py_leave", "c", "3")
+    assert sorted((b, a) for b, a in again["results"]) == [("one", 2), ("three", 2), ("two", 2)]
