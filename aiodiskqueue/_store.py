@@ -17,7 +17,7 @@ from itertools import accumulate, chain, repeat
 from ._codec import HEADER
 from ._layout import Layout, fsync_dir
 from ._meta import Meta, load_meta, store_meta
-from ._scan import Record, read_span, scan_segment
+from ._scan import BAD_LENGTH, Record, read_span, scan_segment
 from .errors import CorruptionError
 
 log = logging.getLogger("aiodiskqueue")
@@ -95,6 +95,8 @@ class SegmentStore:
         self._oldest = 0  # lowest segment number that may still exist
         self.bytes_on_disk = 0
         self.meta_on_disk: Meta | None = None
+        # The read position taken from a meta file, not yet known to be a record boundary.
+        self._unverified: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ open
 
@@ -128,8 +130,15 @@ class SegmentStore:
                 # Left behind by a crash between a meta sync and the deletion it allowed.
                 log.info("%s: removing consumed segment left behind", segs[num])
                 os.remove(segs.pop(num))
-            if self._consistent(meta, segs):
-                recovered = self._recover_tail(meta, segs)
+            consistent = self._consistent(meta, segs)
+            if consistent:
+                try:
+                    recovered = self._recover_tail(meta, segs)
+                except _Misaligned as exc:
+                    log.warning("%s: write position %d of %s is not a record boundary",
+                                lay.meta_path, exc.pos, exc.path)
+                    consistent = False
+            if consistent:
                 tail = self.write_file, self.write_pos
                 depth = meta.depth + recovered
                 if meta.read == tail:
@@ -146,6 +155,7 @@ class SegmentStore:
                     later = [n for n in segs if n >= read_file]
                     read_file, read_pos = (min(later), 0) if later else (meta.write_file_num, 0)
                 meta, recovered = self._rebuild(read_file, read_pos, segs)
+        self._unverified = meta.read if meta.read_pos > 0 else None
         self.write_file, self.write_pos = meta.write
         self._oldest = min(segs, default=meta.write_file_num)
         segs = lay.segments()
@@ -181,6 +191,11 @@ class SegmentStore:
                 continue
             start = wp if num == wf else 0
             s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            if s.problem is not None and start > 0 and self._realign(segs[num], num, start) \
+                    is not None:
+                # Scanning from a position inside a record finds garbage: the meta is
+                # wrong, and truncating or quarantining here would destroy good records.
+                raise _Misaligned(segs[num], start)
             last = i == len(nums) - 1
             if s.problem is not None and not last:
                 self._quarantine(num, s.end, s.problem)
@@ -209,6 +224,16 @@ class SegmentStore:
         for i, num in enumerate(nums):
             start = read_pos if num == read_file else 0
             s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            if s.problem is not None and start > 0:
+                back = self._realign(segs[num], num, start)
+                if back is not None:
+                    # The read position is inside a record: start at the record holding
+                    # it (delivered again rather than lost).
+                    log.warning("%s: read position %d is not a record boundary; reading "
+                                "from %d", segs[num], start, back)
+                    read_pos = start = back
+                    s = scan_segment(segs[num], num, start, None, self.min_size,
+                                     self.max_size)
             if s.problem is not None and i < len(nums) - 1:
                 self._quarantine(num, s.end, s.problem)
                 continue
@@ -222,6 +247,17 @@ class SegmentStore:
             read_file, read_pos = nums[0], 0
         read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
         return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
+
+    def _realign(self, path: str, num: int, pos: int) -> int | None:
+        """None if ``pos`` is a record boundary of the segment (or damage lies before it);
+        else the last record boundary before ``pos``.
+
+        Reads the segment from its start: called only after a problem was found.
+        """
+        s = scan_segment(path, num, 0, pos, self.min_size, self.max_size)
+        if s.end == pos or s.problem == BAD_LENGTH:
+            return None
+        return s.end
 
     def _quarantine(self, num: int, offset: int, reason: str) -> str:
         """Rename a damaged segment to ``.bad``; in strict mode raise CorruptionError instead."""
@@ -448,6 +484,22 @@ class SegmentStore:
             res.records_bytes += span.end - span.start - 4 * len(span.records)
             budget -= span.end - pos
             pos = span.end
+            if span.problem is not None and self._unverified is not None \
+                    and self._unverified[0] == fnum:
+                up = self._unverified[1]
+                self._unverified = None
+                back = self._realign(self.layout.segment_path(fnum), fnum, up)
+                if back is not None:
+                    # The meta's read position is inside a record: what was parsed from it
+                    # is garbage. Read again from the record holding that position.
+                    log.warning("%s: read position %d from the meta file is not a record "
+                                "boundary; reading from %d", self.layout.segment_path(fnum),
+                                up, back)
+                    dropped = [r for r in out if r[1] == fnum]
+                    out[:] = [r for r in out if r[1] != fnum]
+                    res.records_bytes -= sum(len(r[0]) for r in dropped)
+                    pos, recount = back, True
+                    continue
             if span.problem is not None:
                 what = (f"length {span.bad_length} outside [{self.min_size}, {self.max_size}]"
                         if span.bad_length is not None else "truncated record")
@@ -502,6 +554,7 @@ class SegmentStore:
         """
         nxt = self.write_file + 1
         meta = Meta(0, nxt, 0, nxt, 0)
+        self._unverified = None
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None
@@ -526,6 +579,15 @@ class SegmentStore:
                 os.close(fd)
         self._wfd = self._rfd = None
         self._rnum = -1
+
+
+class _Misaligned(Exception):
+    """A position taken from the meta file lies inside a record."""
+
+    def __init__(self, path: str, pos: int) -> None:
+        super().__init__(path, pos)
+        self.path = path
+        self.pos = pos
 
 
 def _size(path: str) -> int:
