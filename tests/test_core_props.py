@@ -10,14 +10,22 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers_format import meta_name, parse_meta, read_meta, records, seg_name, segment_numbers
+from helpers_format import (
+    MetaText,
+    meta_name,
+    parse_meta,
+    read_meta,
+    records,
+    seg_name,
+    segment_numbers,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiodiskqueue import DiskQueue, DiskQueueError
 
 MAX_MSG = 1000
-META_MODES = ["intact", "letter", "truncate", "delete", "garbage", "digit"]
+META_MODES = ["intact", "letter", "truncate", "delete", "garbage", "digit"]  # see _damage_meta
 
 
 @dataclass
@@ -86,17 +94,14 @@ def _damage_segments(directory: Path, sc: Scenario) -> set[int]:
     return damaged
 
 
-def _damage_meta(directory: Path, sc: Scenario) -> str:
-    """Damage the meta file; return how: "intact", "unreadable" or "changed"."""
+def _damage_meta(directory: Path, sc: Scenario) -> MetaText | None:
+    """Damage the meta file; return what it now says, None if it is gone or unparsable."""
     path = directory / meta_name("q")
     data = bytearray(path.read_bytes())
-    before = bytes(data)
     off = int(sc.meta_where * len(data))
-    if sc.meta_mode == "intact":
-        return "intact"
     if sc.meta_mode == "delete":
         path.unlink()
-        return "unreadable"
+        return None
     if sc.meta_mode == "letter":
         data[off] = ord("x")
     elif sc.meta_mode == "truncate":
@@ -108,23 +113,26 @@ def _damage_meta(directory: Path, sc: Scenario) -> str:
         data[digits[off % len(digits)]] = ord(str(sc.meta_digit))
     path.write_bytes(bytes(data))
     try:
-        still = parse_meta(bytes(data) if data.endswith(b"\n") else bytes(data) + b"\n")
+        # A missing final newline is accepted, as go-diskqueue's Fscanf does.
+        meta = parse_meta(bytes(data) if data.endswith(b"\n") else bytes(data) + b"\n")
     except ValueError:
-        return "unreadable"
-    return "intact" if still == parse_meta(before) else "changed"
+        return None
+    if (meta.read_file, meta.read_pos) > (meta.write_file, meta.write_pos):
+        return None  # unusable: treated as unreadable
+    return meta
 
 
-def _expected(directory: Path) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]]]:
-    """Per intact file: its unread records and all its records (before any damage)."""
-    meta = read_meta(directory, "q")
-    unread: dict[int, list[bytes]] = {}
-    every: dict[int, list[bytes]] = {}
+def _file_records(directory: Path) -> dict[int, list[tuple[bytes, int]]]:
+    """Every record of every segment as ``(payload, end offset)``, before any damage."""
+    out: dict[int, list[tuple[bytes, int]]] = {}
     for num in segment_numbers(directory, "q"):
         data = (directory / seg_name("q", num)).read_bytes()
-        every[num] = records(data)
-        start = meta.read_pos if num == meta.read_file else 0
-        unread[num] = records(data[start:])
-    return unread, every
+        end = 0
+        out[num] = []
+        for m in records(data):
+            end += 4 + len(m)
+            out[num].append((m, end))
+    return out
 
 
 def _is_subsequence(needle: list[bytes], hay: list[bytes]) -> bool:
@@ -178,25 +186,28 @@ def _run(sc: Scenario) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         asyncio.run(_write(directory, sc))
-        unread, every = _expected(directory)
+        before = read_meta(directory, "q")
+        recs = _file_records(directory)
         damaged = _damage_segments(directory, sc)
-        meta_state = _damage_meta(directory, sc)
+        meta = _damage_meta(directory, sc)
         try:
             got = asyncio.run(_reopen_and_drain(directory, sc))
         except DiskQueueError as exc:  # documented, but opening must not need it here
             raise AssertionError(f"damaged queue did not open or drain: {exc!r}") from exc
-        intact = [n for n in sorted(unread) if n not in damaged]
-        if meta_state == "intact":
-            # Exactly the unread records of every intact file, each once, in order.
-            want = [m for n in intact for m in unread[n]]
-            assert _is_subsequence(want, got), (want, got)
-            for m in want:
-                assert got.count(m) == 1, m
-        elif meta_state == "unreadable":
+        intact = [n for n in sorted(recs) if n not in damaged]
+        if meta is None:
             # Rebuilt by scanning: every record of every intact file (consumed ones may
             # come again: at-least-once), in order.
-            want = [m for n in intact for m in every[n]]
-            assert _is_subsequence(want, got), (want, got)
+            want = [m for n in intact for m, _ in recs[n]]
+        else:
+            # Every record of an intact file past the read position the meta now states
+            # (a position inside a record delivers that record again), in order.
+            rp = (meta.read_file, meta.read_pos)
+            want = [m for n in intact for m, end in recs[n] if (n, end) > rp]
+        assert _is_subsequence(want, got), (want, got)
+        if meta == before:
+            for m in want:  # meta intact: exactly once
+                assert got.count(m) == 1, m
 
 
 @settings(max_examples=150, deadline=None,

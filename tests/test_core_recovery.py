@@ -3,6 +3,7 @@ meta, torn tails, consumed leftovers. State is rebuilt from the segments."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -198,3 +199,55 @@ async def test_reopen_many_times_keeps_order(tmp_path: Path) -> None:
                 got.append(await q.get())
     assert got == expected[: len(got)]
     assert read_queue(tmp_path, "q") == expected[len(got):]
+
+
+async def test_meta_write_pos_inside_a_record_destroys_nothing(tmp_path: Path) -> None:
+    # A damaged meta whose write position points into the middle of a record: scanning
+    # from there finds garbage, which must not be taken for a torn tail and truncated.
+    msgs = msgs_of(10)
+    meta = write_queue(tmp_path, "q", msgs, 1000)
+    size = (tmp_path / seg_name("q", 0)).stat().st_size
+    inside = sum(4 + len(m) for m in msgs[:6]) + 3  # 3 bytes into record 6
+    (tmp_path / meta_name("q")).write_bytes(
+        MetaText(6, 0, 0, meta.write_file, inside).encode())
+    got, _ = await drain(tmp_path, max_bytes_per_file=1000)
+    assert got == msgs
+    assert bad_files(tmp_path) == []
+    assert (tmp_path / seg_name("q", 0)).stat().st_size == size
+
+
+async def test_meta_write_file_too_low_and_inside_a_record(tmp_path: Path) -> None:
+    msgs = msgs_of(40)
+    write_queue(tmp_path, "q", msgs, 100)
+    files, (wf, _) = layout(msgs, 100)
+    assert wf >= 3
+    # Claims file 1 is the write file, at an offset inside its second record.
+    inside = 4 + len(_records(files[1])[0]) + 2
+    (tmp_path / meta_name("q")).write_bytes(MetaText(3, 0, 0, 1, inside).encode())
+    got, _ = await drain(tmp_path, max_bytes_per_file=100)
+    assert got == msgs
+    assert bad_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("same_file", [True, False], ids=["read-in-write-file",
+                                                          "read-in-earlier-file"])
+async def test_meta_read_pos_inside_a_record_redelivers_it(tmp_path: Path,
+                                                           same_file: bool) -> None:
+    msgs = msgs_of(30)
+    max_bytes = 10_000 if same_file else 100
+    meta = write_queue(tmp_path, "q", msgs, max_bytes)
+    files, _ = layout(msgs, max_bytes)
+    first = _records(files[0])
+    assert len(first) >= 3 and (same_file == (meta.write_file == 0))
+    inside = 4 + len(first[0]) + 4 + 5  # 5 bytes into the payload of record 1 of file 0
+    (tmp_path / meta_name("q")).write_bytes(
+        MetaText(28, 0, inside, meta.write_file, meta.write_pos).encode())
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=max_bytes) as q:
+        got = []
+        while not got or got[-1] != msgs[-1]:
+            got.append(await asyncio.wait_for(q.get(), 10))
+        await q.sync()
+        assert q.qsize() == 0
+    # Record 1 holds the position: it comes again; nothing is skipped or quarantined.
+    assert got == msgs[1:]
+    assert bad_files(tmp_path) == []
