@@ -461,3 +461,18 @@ async def test_pipelined_publishes_keep_order_and_replies_stay_in_order(
     c.send(b"RDY 1000")
     got = [(await c.read()).body for _ in range(n + 2)]
     assert got == bodies + [b"m00", b"m01"]  # stored in the order sent
+
+
+async def test_large_topic_backlog_moves_to_a_new_channel_in_order(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
+    p = await connect(broker.tcp_port, raw_clients)
+    bodies = [b"b%04d" % i for i in range(700)]  # more than one pump batch
+    p.writer.write(b"".join(b"PUB backlog\n" + struct.pack(">i", len(b)) + b for b in bodies))
+    assert [(await p.read()).data for _ in bodies] == [b"OK"] * len(bodies)
+    assert broker.broker.stats("backlog")["topics"][0]["depth"] == 700
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("backlog", "ch", rdy=1000)
+    got = [(await c.read()).body for _ in bodies]
+    assert got == bodies
+    await eventually(lambda: broker.broker.stats("backlog")["topics"][0]["depth"] == 0)

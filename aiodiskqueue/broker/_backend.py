@@ -87,6 +87,10 @@ class Store(Protocol):
         """Wait for the next due message and put it in flight."""
         ...
 
+    def get_nowait(self) -> Delivery | None:
+        """The next due message if one is ready in memory, else None."""
+        ...
+
     async def empty(self) -> None:
         """Drop every message not in flight (nsqd's channel/topic empty)."""
         ...
@@ -168,6 +172,13 @@ class AckStore:
     async def get(self, msg_timeout: float | None = None) -> Delivery:
         """The next due message, now in flight (``msg_timeout`` is not honoured, see above)."""
         return _AckDelivery(await self.q.get())
+
+    def get_nowait(self) -> Delivery | None:
+        """The next message if one is ready in memory, now in flight; else None."""
+        try:
+            return _AckDelivery(self.q.get_nowait())
+        except QueueEmpty:
+            return None
 
     async def empty(self) -> None:
         """Finish every message that is ready now (deferred ones stay: AckQueue cannot drop them)."""

@@ -108,6 +108,8 @@ class Connection:
         self._replies: deque[bytes | ClientError | asyncio.Task[bytes]] = deque()
         """Replies not sent yet, in command order: a publish's reply waits for its store."""
         self._failed = False
+        self._ordering: asyncio.Task[bytes] | None = None
+        """The last publish that later ones must wait for (see :meth:`_publish`)."""
         self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[Reply]]] = {
             b"IDENTIFY": self._identify,
             b"SUB": self._sub,
@@ -470,14 +472,24 @@ class Connection:
 
         The next command is read while this one is stored, so a client that
         pipelines PUBs has them written in one batch; replies stay in order
-        (see :meth:`_reply`). Tasks start in command order and each put is
-        queued before its first wait, so messages keep their order.
+        (see :meth:`_reply`). Message order: tasks start in command order and
+        each put is queued before its first wait, except when a topic must be
+        created first. Such a publish, and every later one of this connection
+        until it is done, waits for the one before it.
         """
-        return asyncio.get_running_loop().create_task(
-            self._store(code, cmd, tname, bodies, delay))
+        prev = self._ordering
+        if prev is not None and prev.done():
+            prev = None
+        task = asyncio.get_running_loop().create_task(
+            self._store(code, cmd, tname, bodies, delay, prev))
+        if prev is not None or tname not in self.broker.topics:
+            self._ordering = task
+        return task
 
     async def _store(self, code: str, cmd: str, tname: str, bodies: list[bytes],
-                     delay: float) -> bytes:
+                     delay: float, after: asyncio.Task[bytes] | None) -> bytes:
+        if after is not None:
+            await asyncio.wait((after,))
         try:
             topic = await self.broker.get_topic(tname)
             await topic.publish(bodies, delay)

@@ -12,6 +12,9 @@ from ._backend import Delivery, Store
 
 log = logging.getLogger(__name__)
 
+_PUMP_BATCH = 256
+"""Messages moved from a topic's queue to its channels per batch."""
+
 
 class Subscriber(Protocol):
     """What a channel needs to know about a subscribed connection."""
@@ -169,21 +172,28 @@ class Topic:
             log.error("topic %s: moving queued messages to channels stopped: %s", self.name, exc)
 
     async def _pump_backlog(self) -> None:
+        backlog = self.backlog
         while self.channels:
-            d = await self.backlog.get()
+            batch = [await backlog.get()]
+            while len(batch) < _PUMP_BATCH and (d := backlog.get_nowait()) is not None:
+                batch.append(d)
             try:
                 chans = list(self.channels.values())
                 if not chans:
-                    await d.requeue(0.0)
+                    for d in batch:
+                        await d.requeue(0.0)
                     return
-                await asyncio.gather(*(c.store.put(d.body) for c in chans))
+                bodies = [d.body for d in batch]
+                await asyncio.gather(*(_put(c.store, bodies, 0.0) for c in chans))
             except BaseException:
-                # Give it back now rather than at its deadline; if even that fails
-                # the store redelivers it after msg_timeout or a restart.
-                with contextlib.suppress(DiskQueueError):
-                    await asyncio.shield(d.requeue(0.0))
+                # Give them back now rather than at their deadline; if even that
+                # fails the store redelivers them after msg_timeout or a restart.
+                for d in batch:
+                    with contextlib.suppress(DiskQueueError):
+                        await asyncio.shield(d.requeue(0.0))
                 raise
-            await d.finish()
+            for d in batch:
+                await d.finish()
 
     def stats(self) -> dict[str, Any]:
         """nsqd's topic stats object."""
