@@ -485,7 +485,7 @@ class SegmentStore:
             budget -= span.end - pos
             pos = span.end
             if span.problem is not None and self._unverified is not None \
-                    and self._unverified[0] == fnum:
+                    and self._unverified[0] == fnum and not self.strict:
                 up = self._unverified[1]
                 self._unverified = None
                 back = self._realign(self.layout.segment_path(fnum), fnum, up)
