@@ -6,6 +6,7 @@ seconds). Every test works on copies in ``tmp_path``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -113,7 +114,8 @@ async def drain(directory: Path, name: str) -> list[bytes]:
     out: list[bytes] = []
     async with DiskQueue(directory, name) as q:
         while not q.empty():
-            out.append(await q.get())
+            # A depth too high would block get() forever: fail instead of hanging.
+            out.append(await asyncio.wait_for(q.get(), 30))
     return out
 
 
@@ -187,8 +189,6 @@ def test_batch_read_glob_many_queues_many_partitions(spark: SparkSession,
 
 def test_batch_read_recovers_tail_without_changing_files(spark: SparkSession,
                                                          tmp_path: Path) -> None:
-    import asyncio
-
     asyncio.run(fill(tmp_path, "q", [b"a%03d" % i for i in range(10)], max_bytes_per_file=40))
     lay = Layout(str(tmp_path), "q")
     meta = load_meta(lay.meta_path)
@@ -214,8 +214,6 @@ async def test_batch_read_of_live_queue_stops_at_synced_position(
 
 
 def test_batch_read_nsq_format(spark: SparkSession, tmp_path: Path) -> None:
-    import asyncio
-
     msgs = [_nsq.encode(b"body-%d" % i, b"%016x" % i, 1_700_000_000_000_000_000 + i, i % 3)
             for i in range(20)]
     asyncio.run(fill(tmp_path, "nsqd", msgs))
@@ -278,8 +276,6 @@ def write_df(df: DataFrame, path: Path, name: str, **options: str) -> None:
 
 
 def test_write_then_read_back_with_diskqueue(spark: SparkSession, tmp_path: Path) -> None:
-    import asyncio
-
     asyncio.run(fill(tmp_path, "out", [b"old-%d" % i for i in range(7)]))
     df = spark.range(0, 3000, numPartitions=3).select(
         F.format_string("new-%05d", "id").cast("binary").alias("payload"))
@@ -309,8 +305,6 @@ def test_write_nsq_round_trip(spark: SparkSession, tmp_path: Path) -> None:
 
 
 def test_failed_write_leaves_queue_byte_for_byte(spark: SparkSession, tmp_path: Path) -> None:
-    import asyncio
-
     asyncio.run(fill(tmp_path, "out", [b"keep-%d" % i for i in range(50)],
                      max_bytes_per_file=100))
     before = snapshot(tmp_path)
@@ -372,8 +366,6 @@ def sink_payloads(spark: SparkSession, out: Path) -> list[bytes]:
 
 
 def test_stream_consume_restart_no_loss_no_dups(spark: SparkSession, tmp_path: Path) -> None:
-    import asyncio
-
     qdir, out = tmp_path / "q", tmp_path / "out"
     first = [b"e%05d" % i for i in range(1000)]
     asyncio.run(fill(qdir, "events", first, max_bytes_per_file=1024))
@@ -395,8 +387,6 @@ def test_stream_consume_restart_no_loss_no_dups(spark: SparkSession, tmp_path: P
 
 
 def test_stream_consume_failed_batch_is_replayed(spark: SparkSession, tmp_path: Path) -> None:
-    import asyncio
-
     qdir, out = tmp_path / "q", tmp_path / "out"
     items = [b"r%04d" % i for i in range(600)]
     asyncio.run(fill(qdir, "events", items, max_bytes_per_file=512))
@@ -446,8 +436,6 @@ def test_stream_without_consume_changes_nothing(spark: SparkSession, copy_fixtur
 
 
 def test_stream_consume_glob_of_queues(spark: SparkSession, tmp_path: Path) -> None:
-    import asyncio
-
     qdir, out = tmp_path / "q", tmp_path / "out"
     want = []
     for k in range(3):
@@ -485,8 +473,6 @@ async def test_stream_consume_of_open_queue_names_queue_and_pid(
 
 
 def test_stream_write_appends_each_batch_once(spark: SparkSession, tmp_path: Path) -> None:
-    import asyncio
-
     qdir, ck = tmp_path / "q", tmp_path / "ck"
     items = [b"w%04d" % i for i in range(900)]
     asyncio.run(fill(qdir, "src", items, max_bytes_per_file=1000))

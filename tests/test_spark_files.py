@@ -3,6 +3,7 @@ consuming, staged writes and linking, checked against the core ``DiskQueue``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from pathlib import Path
@@ -36,7 +37,8 @@ async def drain(directory: Path, name: str) -> list[bytes]:
     out: list[bytes] = []
     async with DiskQueue(directory, name, max_msg_size=MAX) as q:
         while not q.empty():
-            out.append(await q.get())
+            # A depth too high would block get() forever: fail instead of hanging.
+            out.append(await asyncio.wait_for(q.get(), 30))
         assert q.statistics().bad_files == 0
     return out
 
