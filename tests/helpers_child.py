@@ -2,8 +2,10 @@
 
 Modes (each prints one line per event, flushed, so the parent can read as it goes):
 
-* ``produce DIR NAME START SYNC_EVERY MAX_BYTES``: put ``child_msg(START + k)``
-  for k = 0, 1, ... forever; print ``k`` after each ``put()`` returns.
+* ``produce DIR NAME START SYNC_EVERY MAX_BYTES``: print ``READY n`` once open
+  (n: records recovered past the meta's write position), then put
+  ``child_msg(START + k)`` for k = 0, 1, ... forever; print ``START + k`` after
+  each ``put()`` returns.
 * ``consume DIR NAME SYNC_EVERY_GETS``: get forever; print ``G i`` after each
   ``get()`` returns (i parsed from the message) and ``S i`` after each explicit
   ``sync()`` that followed the get of ``i``.
@@ -44,7 +46,7 @@ def _say(line: str) -> None:
 async def produce(directory: str, name: str, start: int, sync_every: int, max_bytes: int) -> None:
     async with DiskQueue(directory, name, sync_every=sync_every,
                          max_bytes_per_file=max_bytes) as q:
-        _say("READY")
+        _say(f"READY {q.statistics().recovered}")
         i = start
         while True:
             await q.put(child_msg(i))
