@@ -143,8 +143,9 @@ async def test_statistics_fields(make_queue: MakeQueue, tmp_path: Path) -> None:
     before = st.syncs
     await q.sync()
     assert q.statistics().syncs == before + 1
-    m = read_meta(tmp_path, "q")
-    assert (m.depth, m.read_file, m.read_pos, m.write_file, m.write_pos) == (6, 0, 34, 3, 34)
+    meta = read_meta(tmp_path, "q")
+    assert (meta.depth, meta.read_file, meta.read_pos, meta.write_file, meta.write_pos) == \
+        (6, 0, 34, 3, 34)
 
 
 async def test_repr_shows_depth_and_positions(make_queue: MakeQueue, tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import pytest
 from conftest import MakeQueue
 from helpers_format import read_meta, read_queue, segment_numbers
 
-import aiodiskqueue._store
 from aiodiskqueue import DiskQueue, DiskQueueError, MessageSizeError, QueueClosed
 
 
@@ -92,7 +91,7 @@ def test_name_type(tmp_path: Path) -> None:
 
 def test_options_are_keyword_only(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
-        DiskQueue(tmp_path, "q", 1024)  # type: ignore[misc]
+        DiskQueue(tmp_path, "q", 1024)  # type: ignore[call-arg]
 
 
 async def test_calls_after_close_raise_queue_closed(make_queue: MakeQueue) -> None:
@@ -135,7 +134,7 @@ async def test_disk_full_put_fails_then_recovers(make_queue: MakeQueue, tmp_path
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     full = _DiskFull()
-    monkeypatch.setattr(aiodiskqueue._store.os, "pwrite", full)
+    monkeypatch.setattr("aiodiskqueue._store.os.pwrite", full)
     q = await make_queue(max_bytes_per_file=64)
     before = [b"before-%d" % i for i in range(6)]  # 12-byte records: 5 per 64-byte file
     for m in before:
@@ -170,7 +169,7 @@ async def test_disk_full_put_fails_then_recovers(make_queue: MakeQueue, tmp_path
 async def test_disk_full_state_survives_reopen(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     full = _DiskFull()
-    monkeypatch.setattr(aiodiskqueue._store.os, "pwrite", full)
+    monkeypatch.setattr("aiodiskqueue._store.os.pwrite", full)
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=64) as q:
         await q.put_many([b"a" * 10, b"b" * 10])
         full.on = True

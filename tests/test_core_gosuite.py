@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import MakeQueue
@@ -28,9 +30,8 @@ from aiodiskqueue import DiskQueue, QueueClosed
 TEN = bytes([1, 2, 3, 4, 5, 6, 7, 8, 9, 0])  # 10 bytes: a 14-byte record
 
 
-async def poll(predicate: object, what: str, timeout: float = 10.0) -> None:
+async def poll(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
     """Wait until ``predicate()`` is true, checking real state every few milliseconds."""
-    assert callable(predicate)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():
@@ -112,7 +113,7 @@ def _corruption_msgs(n: int) -> list[bytes]:
     return [(b"%03d" % i) * 40 for i in range(n)]
 
 
-CORRUPT_OPTS = {"max_bytes_per_file": 1000, "min_msg_size": 10, "max_msg_size": 1 << 10,
+CORRUPT_OPTS: dict[str, Any] = {"max_bytes_per_file": 1000, "min_msg_size": 10, "max_msg_size": 1 << 10,
                 "sync_every": 5}
 
 
@@ -202,7 +203,7 @@ async def test_sync_after_read_by_timer(make_queue: MakeQueue, tmp_path: Path) -
 
 async def test_torture_many_producers_consumers_close_reopen(tmp_path: Path) -> None:
     msg = b"aaaaaaaaaabbbbbbbbbbccccccccccddddddddddeeeeeeeeeeffffffffff"
-    opts = {"max_bytes_per_file": 262144, "max_msg_size": 1 << 10}
+    opts: dict[str, Any] = {"max_bytes_per_file": 262144, "max_msg_size": 1 << 10}
     stored: dict[int, list[int]] = {w: [] for w in range(4)}
     enough = asyncio.Event()
 
@@ -256,7 +257,7 @@ async def test_resize_between_runs(tmp_path: Path) -> None:
     def msg(i: int) -> bytes:
         return bytes([i]) + bytes(range(1, 10))
 
-    opts = {"min_msg_size": 10, "max_msg_size": 1 << 10}
+    opts: dict[str, Any] = {"min_msg_size": 10, "max_msg_size": 1 << 10}
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=8 * 14, **opts) as q:
         for i in range(9):
             await q.put(msg(i))

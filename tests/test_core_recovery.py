@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers_format import (
@@ -29,7 +30,7 @@ def msgs_of(n: int, start: int = 0) -> list[bytes]:
     return [b"m%04d" % i + b"." * (i % 20) for i in range(start, start + n)]
 
 
-async def drain(directory: Path, name: str = "q", **opts: int) -> tuple[list[bytes], int]:
+async def drain(directory: Path, name: str = "q", **opts: Any) -> tuple[list[bytes], int]:
     """Open, take everything, close; return the messages and the recovered count."""
     async with DiskQueue(directory, name, **opts) as q:
         recovered = q.statistics().recovered
@@ -243,7 +244,7 @@ async def test_meta_read_pos_inside_a_record_redelivers_it(tmp_path: Path,
     (tmp_path / meta_name("q")).write_bytes(
         MetaText(28, 0, inside, meta.write_file, meta.write_pos).encode())
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=max_bytes) as q:
-        got = []
+        got: list[bytes] = []
         while not got or got[-1] != msgs[-1]:
             got.append(await asyncio.wait_for(q.get(), 10))
         await q.sync()

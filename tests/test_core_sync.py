@@ -11,8 +11,6 @@ import pytest
 from conftest import MakeQueue
 from helpers_format import meta_name, records, seg_name
 
-import aiodiskqueue._store
-
 
 async def test_default_put_is_in_the_os_when_it_returns(make_queue: MakeQueue,
                                                         tmp_path: Path) -> None:
@@ -46,9 +44,9 @@ class _IOLog:
             self.fsync(fd)
             self.events.append(("sync", b""))
 
-        mp.setattr(aiodiskqueue._store.os, "pwrite", pwrite)
-        mp.setattr(aiodiskqueue._store.os, "fdatasync", fdatasync)
-        mp.setattr(aiodiskqueue._store.os, "fsync", fsync)
+        mp.setattr("aiodiskqueue._store.os.pwrite", pwrite)
+        mp.setattr("aiodiskqueue._store.os.fdatasync", fdatasync)
+        mp.setattr("aiodiskqueue._store.os.fsync", fsync)
 
     def synced(self, payload: bytes) -> bool:
         """Whether a write holding ``payload`` was followed by an fsync."""
