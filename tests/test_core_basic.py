@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import MakeQueue
 from helpers_format import layout, read_meta, read_queue, seg_name
 
-from aiodiskqueue import DiskQueue, QueueEmpty, QueueFull, Statistics
+from aiodiskqueue import DiskQueue, QueueClosed, QueueEmpty, QueueFull, Statistics
 
 
 async def test_put_get_roundtrip(make_queue: MakeQueue) -> None:
@@ -179,3 +180,68 @@ async def test_empty_payload(make_queue: MakeQueue, tmp_path: Path) -> None:
     assert await q.get() == b""
     await q.sync()
     assert (tmp_path / seg_name("q", 0)).read_bytes() == b"\0\0\0\0" + b"\0\0\0\x05after"
+
+
+async def test_put_nowait_write_buffer_full(make_queue: MakeQueue) -> None:
+    q = await make_queue(write_buffer_bytes=4096)
+    accepted = 0
+    with pytest.raises(QueueFull, match="write buffer is full"):
+        for _ in range(100):  # no await: the buffer cannot drain meanwhile
+            q.put_nowait(b"b" * 1000)
+            accepted += 1
+    assert 4 <= accepted <= 5  # 1004 bytes per record against 4096
+    await q.sync()  # written: room again
+    q.put_nowait(b"more")
+    got = [await q.get() for _ in range(accepted + 1)]
+    assert got == [b"b" * 1000] * accepted + [b"more"]
+
+
+@pytest.mark.parametrize("use_many", [False, True], ids=["put", "put-and-put_many"])
+async def test_bounded_many_producers_and_consumers(make_queue: MakeQueue,
+                                                    use_many: bool) -> None:
+    q = await make_queue(maxsize=16, max_bytes_per_file=2048)
+    n_prod, per = 8, 300
+    seen: dict[int, list[int]] = {p: [] for p in range(n_prod)}
+    high = 0
+
+    async def producer(p: int) -> None:
+        nonlocal high
+        i = 0
+        while i < per:
+            if use_many and i % 7 == 3:
+                await q.put_many([b"%d:%d" % (p, i), b"%d:%d" % (p, i + 1)])
+                i += 2
+            else:
+                await q.put(b"%d:%d" % (p, i))
+                i += 1
+            high = max(high, q.qsize())
+
+    async def consumer() -> None:
+        while True:
+            try:
+                batch = await q.get_many(5) if len(seen) % 2 else [await q.get()]
+            except QueueClosed:
+                return
+            for m in batch:
+                p, i = m.split(b":")
+                seen[int(p)].append(int(i))
+
+    consumers = [asyncio.create_task(consumer()) for _ in range(6)]
+    await asyncio.wait_for(asyncio.gather(*(producer(p) for p in range(n_prod))), 60)
+    await poll_until(lambda: q.qsize() == 0)
+    q.shutdown()
+    await asyncio.wait_for(asyncio.gather(*consumers), 10)
+    for p in range(n_prod):
+        assert sorted(seen[p]) == list(range(per))  # none lost, none twice
+    # put() respects maxsize; put_many() does not wait for room (documented), so each
+    # producer's batch of 2 may overshoot it.
+    assert high <= 16 + (2 * n_prod if use_many else 0), high
+
+
+async def poll_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait until ``predicate()`` holds, checking every millisecond."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
