@@ -26,6 +26,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sync-every", type=int, default=2500, help="fsync every N operations")
     p.add_argument("--sync-interval", type=float, default=2.0, help="fsync at least every T s")
     p.add_argument("--max-msg-size", type=int, default=1 << 20, help="largest message, bytes")
+    p.add_argument("--max-body-size", type=int, default=5 << 20, help="largest MPUB body, bytes")
+    p.add_argument("--max-rdy-count", type=int, default=2500, help="largest RDY a client may set")
+    p.add_argument("--max-req-timeout", type=float, default=3600.0,
+                   help="longest REQ/DPUB delay, s")
     p.add_argument("--uvloop", action="store_true", help="run on uvloop (the uvloop extra)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
@@ -40,6 +44,9 @@ async def serve(args: argparse.Namespace) -> None:
         sync_every=args.sync_every,
         sync_interval=args.sync_interval,
         max_msg_size=args.max_msg_size,
+        max_body_size=args.max_body_size,
+        max_rdy_count=args.max_rdy_count,
+        max_req_timeout=args.max_req_timeout,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
