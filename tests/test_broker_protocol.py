@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -217,3 +218,11 @@ def test_identify_msg_timeout_not_honoured_reports_server_value() -> None:
     assert cfg.msg_timeout_ms == 30_000
     with pytest.raises(ClientError):  # still validated
         negotiate(b'{"msg_timeout": 10}', limits, client_msg_timeout=False)
+
+
+def test_command_line_rejects_a_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aiodiskqueue.broker.__main__ import main
+
+    assert main(["--data-dir", str(tmp_path), "--msg-timeout", "0"]) == 2
+    assert "msg_timeout must be a finite number > 0, got 0.0" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing was created

@@ -35,9 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def serve(args: argparse.Namespace) -> None:
-    """Run the broker until SIGINT or SIGTERM; print the ports once listening."""
-    opts = BrokerOptions(
+def options(args: argparse.Namespace) -> BrokerOptions:
+    """The broker options from the command line.
+
+    Raises ValueError or TypeError naming a bad value.
+    """
+    return BrokerOptions(
         msg_timeout=args.msg_timeout,
         max_msg_timeout=max(15 * 60.0, args.msg_timeout),
         max_attempts=args.max_attempts,
@@ -48,6 +51,10 @@ async def serve(args: argparse.Namespace) -> None:
         max_rdy_count=args.max_rdy_count,
         max_req_timeout=args.max_req_timeout,
     )
+
+
+async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
+    """Run the broker until SIGINT or SIGTERM; print the ports once listening."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -61,14 +68,19 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = parse_args(argv)
+    try:
+        opts = options(args)
+    except (ValueError, TypeError) as exc:
+        print(f"python -m aiodiskqueue.broker: error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.uvloop:
         import uvloop
 
-        uvloop.run(serve(args))
+        uvloop.run(serve(args, opts))
     else:
-        asyncio.run(serve(args))
+        asyncio.run(serve(args, opts))
     return 0
 
 
