@@ -63,15 +63,20 @@ class Layout:
             return []
         return sorted(os.path.join(self.directory, e) for e in entries if pat.match(e))
 
-    def quarantine(self, num: int) -> str:
-        """Rename segment ``num`` to ``.bad`` (never overwriting an older one); return the new path."""
+    def free_bad_path(self, num: int) -> str:
+        """A ``.bad`` name for segment ``num`` not taken yet (``.bad``, ``.bad.1``, ...)."""
         src = self.segment_path(num)
         dst = src + ".bad"
         i = 1
         while os.path.exists(dst):
             dst = f"{src}.bad.{i}"
             i += 1
-        os.rename(src, dst)
+        return dst
+
+    def quarantine(self, num: int) -> str:
+        """Rename segment ``num`` to ``.bad`` (never overwriting an older one); return the new path."""
+        dst = self.free_bad_path(num)
+        os.rename(self.segment_path(num), dst)
         return dst
 
 

@@ -202,9 +202,7 @@ class SegmentStore:
                 segs.pop(num)
                 continue
             if s.problem is not None or s.end < s.size:
-                log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
-                            segs[num], s.size - s.end, s.end, s.problem)
-                os.truncate(segs[num], s.end)
+                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
             if num != wf and s.records:
                 log.info("%s: recovered %d record(s) written after the last meta sync",
                          segs[num], s.records)
@@ -238,15 +236,38 @@ class SegmentStore:
                 self._quarantine(num, s.end, s.problem)
                 continue
             if s.problem is not None or s.end < s.size:
-                log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
-                            segs[num], s.size - s.end, s.end, s.problem)
-                os.truncate(segs[num], s.end)
+                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
             depth += s.records
             self.write_file, self.write_pos = num, s.end
         if read_file not in segs and nums:
             read_file, read_pos = nums[0], 0
         read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
         return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
+
+    def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None) -> None:
+        """Truncate the last segment to its last whole record at ``end``.
+
+        A torn record is what a crash leaves: it is dropped. A bad length field is
+        damage, and good records may follow it: those bytes are first saved to a
+        ``.bad`` file (in strict mode CorruptionError is raised instead).
+        """
+        if problem == BAD_LENGTH:
+            if self.strict:
+                raise CorruptionError(path, end, "record length outside the allowed range")
+            dst = self.layout.free_bad_path(num)
+            with open(path, "rb") as src, open(dst, "wb") as out:
+                src.seek(end)
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            fsync_dir(self.layout.directory)
+            log.warning("%s: bad record length at offset %d; %d byte(s) from there saved as "
+                        "%s and cut off", path, end, size - end, dst)
+        else:
+            log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
+                        path, size - end, end, problem)
+        os.truncate(path, end)
 
     def _realign(self, path: str, num: int, pos: int) -> int | None:
         """None if ``pos`` is a record boundary of the segment (or damage lies before it);
