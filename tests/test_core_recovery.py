@@ -15,6 +15,7 @@ from helpers_format import (
     bad_files,
     layout,
     meta_name,
+    patch_bytes,
     read_meta,
     read_queue,
     seg_name,
@@ -252,3 +253,25 @@ async def test_meta_read_pos_inside_a_record_redelivers_it(tmp_path: Path,
     # Record 1 holds the position: it comes again; nothing is skipped or quarantined.
     assert got == msgs[1:]
     assert bad_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("meta", ["missing", "stale"])
+async def test_bad_length_in_last_file_tail_is_saved_not_lost(tmp_path: Path,
+                                                              meta: str) -> None:
+    # A bad length field in the part of the last file that recovery scans is damage,
+    # not a torn write: the bytes from there are kept in a .bad file before the cut.
+    msgs = msgs_of(12)
+    write_queue(tmp_path, "q", msgs, 10_000, meta=meta == "stale")
+    if meta == "stale":
+        (tmp_path / meta_name("q")).write_bytes(MetaText(2, 0, 0, 0, 4 + len(msgs[0]) + 4 +
+                                                         len(msgs[1])).encode())
+    path = tmp_path / seg_name("q", 0)
+    original = path.read_bytes()
+    at = sum(4 + len(m) for m in msgs[:7])  # record 7's length field
+    patch_bytes(path, at, (10**9).to_bytes(4, "big"))
+    got, _ = await drain(tmp_path, max_bytes_per_file=10_000)
+    assert got == msgs[:7]
+    saved = tmp_path / (seg_name("q", 0) + ".bad")
+    # Everything from the bad field on, so records 8.. can still be repaired by hand.
+    assert saved.read_bytes() == (10**9).to_bytes(4, "big") + original[at + 4:]
+    assert path.stat().st_size == at
