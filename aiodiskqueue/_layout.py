@@ -63,6 +63,15 @@ class Layout:
             return []
         return sorted(os.path.join(self.directory, e) for e in entries if pat.match(e))
 
+    def meta_temp_files(self) -> list[str]:
+        """Temp files of interrupted meta stores (``NAME.diskqueue.meta.dat.PID.tmp``)."""
+        pat = re.compile(rf"\A{re.escape(self.name)}\.diskqueue\.meta\.dat\.\d+\.tmp\Z")
+        try:
+            entries = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(os.path.join(self.directory, e) for e in entries if pat.match(e))
+
     def free_bad_path(self, num: int) -> str:
         """A ``.bad`` name for segment ``num`` not taken yet (``.bad``, ``.bad.1``, ...)."""
         src = self.segment_path(num)

@@ -106,6 +106,11 @@ class SegmentStore:
         os.makedirs(lay.directory, exist_ok=True)
         segs = lay.segments()
         bad_before = len(lay.bad_files())
+        for tmp in lay.meta_temp_files():
+            # Left by a process killed inside store_meta(); we hold the lock, so no live
+            # process is writing it.
+            log.info("%s: removing leftover temp file", tmp)
+            os.remove(tmp)
         try:
             meta = load_meta(lay.meta_path)
         except ValueError as exc:
