@@ -275,3 +275,15 @@ async def test_bad_length_in_last_file_tail_is_saved_not_lost(tmp_path: Path,
     # Everything from the bad field on, so records 8.. can still be repaired by hand.
     assert saved.read_bytes() == (10**9).to_bytes(4, "big") + original[at + 4:]
     assert path.stat().st_size == at
+
+
+async def test_leftover_meta_temp_files_removed(tmp_path: Path) -> None:
+    msgs = msgs_of(3)
+    write_queue(tmp_path, "q", msgs, 1000)
+    mine = tmp_path / (meta_name("q") + ".4242.tmp")  # a store_meta() killed midway
+    other = tmp_path / (meta_name("other") + ".4242.tmp")
+    mine.write_bytes(b"3\n0,")
+    other.write_bytes(b"")
+    got, _ = await drain(tmp_path, max_bytes_per_file=1000)
+    assert got == msgs
+    assert not mine.exists() and other.exists()  # another queue's file is not ours
