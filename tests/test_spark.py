@@ -469,6 +469,26 @@ async def test_stream_consume_of_open_queue_names_queue_and_pid(
     assert [await q.get() for _ in range(3)] == [b"h000", b"h001", b"h002"]
 
 
+async def test_stream_consume_glob_skips_open_queue_until_closed(
+        spark: SparkSession, make_queue: MakeQueue, tmp_path: Path) -> None:
+    qdir, out = tmp_path / "q", tmp_path / "out"
+    closed = [b"c%03d" % i for i in range(100)]
+    await fill(qdir, "events-0", closed, max_bytes_per_file=200)
+    q = await make_queue(qdir, "events-1")
+    live = [b"l%03d" % i for i in range(50)]
+    await q.put_many(live)
+    await q.sync()
+    consume_to_parquet(spark, qdir, out, "events-*", maxRecordsPerTrigger="30")
+    assert sorted(sink_payloads(spark, out)) == closed
+    # The open queue was not read, so nothing of it was lost or taken from its owner.
+    assert q.qsize() == 50
+    assert await q.get() == b"l000"
+    await q.aclose()
+    consume_to_parquet(spark, qdir, out, "events-*", maxRecordsPerTrigger="30")
+    assert sorted(sink_payloads(spark, out)) == sorted(closed + live[1:])
+    assert await drain(qdir, "events-1") == []
+
+
 # ------------------------------------------------------------------ streaming write
 
 

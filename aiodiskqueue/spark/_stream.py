@@ -17,8 +17,21 @@ batch's end. After a restart, a batch that is in the offset log but not in
 the commit log is run again from the logged offsets *before* the engine asks
 for new ones, so its records are still in the queue. (The one engine mode
 that breaks this ordering, asynchronous progress tracking, supports only the
-Kafka sink and cannot run with availableNow.) A fresh query starts at the queue's read position, so its first
-``start`` releases nothing.
+Kafka sink and cannot run with availableNow.) A fresh query starts at the
+queue's read position, so its first ``start`` releases nothing.
+
+Queues open in a live DiskQueue
+-------------------------------
+Releasing a queue means rewriting its meta file and deleting segments, which
+only the holder of the queue's lock may do, and a DiskQueue holds that lock for
+as long as it is open. So in consume mode a queue whose lock is held is not
+read at all in that micro-batch (its offset stays where it is): with a glob
+``name`` it is skipped with a warning and picked up once its owner closes it,
+which lets producers write to new queue names (``events-0001``, ...) and close
+them while one query drains ``events-*``. With a single queue ``name`` the
+query fails with :class:`~aiodiskqueue.spark._files.QueueBusy`, naming the
+queue and the holder's pid. Without ``consume`` an open queue is read up to
+the write position in its meta file, which its owner stores only after an fsync.
 """
 
 from __future__ import annotations
@@ -37,8 +50,17 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .._layout import Layout
-from ._files import Pos, QueueView, advance, release, select_queues, spans_between, view_queue
-from ._options import SourceOptions
+from ._files import (
+    Pos,
+    QueueBusy,
+    QueueView,
+    advance,
+    release,
+    select_queues,
+    spans_between,
+    view_queue,
+)
+from ._options import SourceOptions, is_glob
 from ._reader import QueuePartition, group_spans, read_partition
 
 log = logging.getLogger("aiodiskqueue.spark")
@@ -69,6 +91,23 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _queues(self) -> list[str]:
         return select_queues(self.options.path, self.options.matches)
 
+    def _begin(self, queue: str, start: Offset, view: QueueView) -> Pos:
+        """Where this stream goes on in ``queue``: its offset in ``start``, else the
+        queue's read position.
+
+        In consume mode a read position past the offset means another consumer
+        (a DiskQueue that had the queue open in between) took those records, and
+        may have deleted their files: go on from the read position, so that
+        nothing is delivered twice. This never skips a batch Spark replays,
+        because this source releases only what Spark has committed.
+        """
+        begin = _pos(start[queue]) if queue in start else view.read
+        if self.options.consume and view.meta is not None and view.read > begin:
+            log.warning("queue %r: records before %s were consumed by another process; "
+                        "going on from there", queue, list(view.read))
+            begin = view.read
+        return begin
+
     # ------------------------------------------------------------- offsets
 
     def initialOffset(self) -> Offset:
@@ -98,8 +137,9 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end offset of the next batch, within ``limit`` (start itself if no data).
 
-        In consume mode, first releases every queue up to ``start``. Raises
-        QueueBusy if that needs a queue a live DiskQueue has open.
+        In consume mode, first releases every queue up to ``start``, and reads
+        nothing from a queue that a live DiskQueue holds open (see the module
+        docstring). Raises QueueBusy if ``name`` is a single queue and it is open.
         """
         if self.options.consume and start:
             self._release_started(start)
@@ -111,8 +151,11 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         left = len(queues)
         for queue in sorted(queues):
             view = self._view(queue)
-            begin = _pos(start[queue]) if queue in start else view.read
+            begin = self._begin(queue, start, view)
             stop = view.end
+            if self.options.consume and view.holder is not None:
+                self._busy(QueueBusy(view.layout, view.holder, "consume"))
+                stop = begin  # it could not be released: leave it to its owner for now
             if self._target is not None:
                 stop = min(stop, self._target.get(queue, begin))
             new = begin
@@ -153,7 +196,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         planned = []
         for queue in sorted(end):
             view = self._view(queue)
-            begin = _pos(start[queue]) if queue in start else view.read
+            begin = self._begin(queue, start, view)
             planned.append((queue, spans_between(view, begin, _pos(end[queue]))))
         return group_spans(self.options, planned)
 
@@ -169,16 +212,25 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """Consume mode: release every queue up to ``end``; otherwise nothing.
 
         Raises QueueBusy (a QueueLocked) naming the queue and the holder's pid
-        if a live DiskQueue has the queue open.
+        if ``name`` is a single queue and a live DiskQueue has it open.
         """
         if not self.options.consume:
             return
-        for queue, pos in sorted(end.items()):
-            release(self._layout(queue), _pos(pos), self.options.min_msg_size,
-                    self.options.max_msg_size, lock_wait=self.options.lock_wait)
+        self._release(end)
 
     def _release_started(self, start: Offset) -> None:
         # See the module docstring for why ``start`` is already in the sink.
-        for queue, value in sorted(start.items()):
-            release(self._layout(queue), _pos(value), self.options.min_msg_size,
-                    self.options.max_msg_size, lock_wait=self.options.lock_wait)
+        self._release(start)
+
+    def _release(self, offsets: Offset) -> None:
+        for queue, pos in sorted(offsets.items()):
+            try:
+                release(self._layout(queue), _pos(pos), self.options.min_msg_size,
+                        self.options.max_msg_size, lock_wait=self.options.lock_wait)
+            except QueueBusy as exc:
+                self._busy(exc)  # with a glob: released by a later call once it is free
+
+    def _busy(self, exc: QueueBusy) -> None:
+        if not is_glob(self.options.name):
+            raise exc
+        log.warning("%s; skipping it in this micro-batch", exc)
