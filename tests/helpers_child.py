@@ -2,10 +2,10 @@
 
 Modes (each prints one line per event, flushed, so the parent can read as it goes):
 
-* ``produce DIR NAME START SYNC_EVERY MAX_BYTES``: print ``READY n`` once open
-  (n: records recovered past the meta's write position), then put
-  ``child_msg(START + k)`` for k = 0, 1, ... forever; print ``START + k`` after
-  each ``put()`` returns.
+* ``produce DIR NAME START SYNC_EVERY MAX_BYTES WORKERS``: print ``READY n`` once
+  open (n: records recovered past the meta's write position), then WORKERS
+  concurrent tasks put ``child_msg(START + w*STRIDE + k)`` for k = 0, 1, ...
+  forever, each printing the index after its ``put()`` returns.
 * ``consume DIR NAME SYNC_EVERY_GETS``: get forever; print ``G i`` after each
   ``get()`` returns (i parsed from the message) and ``S i`` after each explicit
   ``sync()`` that followed the get of ``i``.
@@ -23,6 +23,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from aiodiskqueue import DiskQueue, QueueLocked
+
+STRIDE = 10**5  # index distance between the streams of concurrent producer workers
 
 
 def child_msg(i: int) -> bytes:
@@ -43,15 +45,20 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-async def produce(directory: str, name: str, start: int, sync_every: int, max_bytes: int) -> None:
+async def produce(directory: str, name: str, start: int, sync_every: int, max_bytes: int,
+                  workers: int) -> None:
     async with DiskQueue(directory, name, sync_every=sync_every,
                          max_bytes_per_file=max_bytes) as q:
         _say(f"READY {q.statistics().recovered}")
-        i = start
-        while True:
-            await q.put(child_msg(i))
-            _say(str(i))
-            i += 1
+
+        async def worker(first: int) -> None:
+            i = first
+            while True:
+                await q.put(child_msg(i))
+                _say(str(i))
+                i += 1
+
+        await asyncio.gather(*(worker(start + w * STRIDE) for w in range(workers)))
 
 
 async def consume(directory: str, name: str, every: int) -> None:
@@ -88,7 +95,8 @@ def main(argv: list[str]) -> None:
     """Dispatch on the mode in ``argv[1]``."""
     mode, args = argv[1], argv[2:]
     if mode == "produce":
-        asyncio.run(produce(args[0], args[1], int(args[2]), int(args[3]), int(args[4])))
+        asyncio.run(produce(args[0], args[1], int(args[2]), int(args[3]), int(args[4]),
+                            int(args[5])))
     elif mode == "consume":
         asyncio.run(consume(args[0], args[1], int(args[2])))
     elif mode == "hold":

@@ -14,18 +14,21 @@ from helpers_proc import Child
 
 from aiodiskqueue import DiskQueue
 
-ROUND = 10**6  # producer round r puts indices r*ROUND, r*ROUND + 1, ...
+ROUND = 10**7  # producer round r puts indices r*ROUND + w*STRIDE + k (worker w, k = 0, 1, ...)
+STRIDE = 10**5
+assert STRIDE * 32 <= ROUND  # room for up to 32 workers per round
+Acked = dict[int, list[int]]  # stream start -> indices printed (acknowledged) for it
 
 
 async def _producer_round(tmp_path: Path, r: int, sync_every: int, max_bytes: int,
-                          rng: random.Random, most: int,
-                          recovered: list[int] | None = None) -> list[int]:
+                          rng: random.Random, most: int, workers: int = 1,
+                          recovered: list[int] | None = None) -> Acked:
     """One child producer killed after a random number of acknowledged puts.
 
     Appends to ``recovered`` how many records the child found past a stale meta.
     """
     child = await Child.spawn(tmp_path / "stderr.txt", "produce", str(tmp_path / "q"), "q",
-                              str(r * ROUND), str(sync_every), str(max_bytes))
+                              str(r * ROUND), str(sync_every), str(max_bytes), str(workers))
     target = rng.choice([0, 1, rng.randrange(2, most), rng.randrange(2, most)])
     printed: list[int] = []
     try:
@@ -43,41 +46,50 @@ async def _producer_round(tmp_path: Path, r: int, sync_every: int, max_bytes: in
         child.kill()
         rc = await child.wait()
     assert rc == -signal.SIGKILL, child.stderr()
-    assert printed == list(range(r * ROUND, r * ROUND + len(printed)))
-    return printed
+    acked: Acked = {r * ROUND + w * STRIDE: [] for w in range(workers)}
+    for i in printed:
+        acked[i - i % STRIDE].append(i)
+    for first, run in acked.items():
+        assert run == list(range(first, first + len(run)))
+    return acked
 
 
-async def _check_all_acknowledged(directory: Path, acked: list[list[int]]) -> None:
+async def _check_all_acknowledged(directory: Path, rounds: list[Acked]) -> None:
     async with DiskQueue(directory, "q") as q:
         got = [msg_index(await q.get()) for _ in range(q.qsize())]
         assert q.statistics().bad_files == 0
     assert bad_files(directory) == []
-    by_round: dict[int, list[int]] = {}
+    # Rounds come back in order (each child died before the next started).
+    assert [i // ROUND for i in got] == sorted(i // ROUND for i in got)
+    streams: dict[int, list[int]] = {}
     for i in got:
-        by_round.setdefault(i // ROUND, []).append(i)
-    # Rounds come back in order; within each, a gap-free run from its start that holds
-    # at least every acknowledged put (puts that landed unacknowledged may follow).
-    assert got == sorted(got)
-    for r, printed in enumerate(acked):
-        run = by_round.pop(r, [])
-        assert run == list(range(r * ROUND, r * ROUND + len(run)))
-        assert len(run) >= len(printed), (r, len(run), len(printed))
-    assert by_round == {}
+        streams.setdefault(i - i % STRIDE, []).append(i)
+    # Each stream: a gap-free run from its start, in order, holding at least every
+    # acknowledged put (puts that landed unacknowledged may follow).
+    for acked in rounds:
+        for first, printed in acked.items():
+            run = streams.pop(first, [])
+            assert run == list(range(first, first + len(run)))
+            assert len(run) >= len(printed), (first, len(run), len(printed))
+    assert streams == {}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("sync_every", "rounds", "most"),
-    [(2500, 20, 4000), (1, 12, 300)],
-    ids=["default-sync", "sync_every=1"],
+    ("sync_every", "rounds", "most", "workers"),
+    [(2500, 20, 4000, 1), (1, 10, 300, 1), (2500, 8, 4000, 8), (1, 8, 600, 16)],
+    ids=["default-sync", "sync_every=1", "default-sync-8-producers",
+         "sync_every=1-16-producers"],
 )
 async def test_producer_killed_loses_no_acknowledged_put(tmp_path: Path, sync_every: int,
-                                                         rounds: int, most: int) -> None:
-    rng = random.Random(sync_every)
+                                                         rounds: int, most: int,
+                                                         workers: int) -> None:
+    rng = random.Random(sync_every * workers)
     recovered: list[int] = []
-    acked = [await _producer_round(tmp_path, r, sync_every, 4096, rng, most, recovered)
+    acked = [await _producer_round(tmp_path, r, sync_every, 4096, rng, most, workers,
+                                   recovered)
              for r in range(rounds)]
-    assert sum(map(len, acked)) > 0
+    assert sum(len(v) for a in acked for v in a.values()) > 0
     if sync_every > 1:
         # The meta was stale at most kills: records past it were recovered, not orphaned.
         assert sum(recovered) > 0, recovered
@@ -89,9 +101,10 @@ async def test_producer_killed_during_open(tmp_path: Path) -> None:
     # Kill before the child is ready, at a random moment of import, recovery or the first put.
     rng = random.Random(7)
     acked = [await _producer_round(tmp_path, 0, 2500, 1000, rng, 3000)]
+    assert acked[0][0] == list(range(len(acked[0][0])))
     for r in range(1, 7):
         child = await Child.spawn(tmp_path / "stderr.txt", "produce", str(tmp_path / "q"), "q",
-                                  str(r * ROUND), "2500", "1000")
+                                  str(r * ROUND), "2500", "1000", "1")
         lines: list[str] = []
         if rng.random() < 0.5:
             line = await child.line()  # READY: kill during the first puts
@@ -100,7 +113,7 @@ async def test_producer_killed_during_open(tmp_path: Path) -> None:
         child.kill()
         lines += await child.rest()
         await child.wait()
-        acked.append([int(x) for x in lines if not x.startswith("READY")])
+        acked.append({r * ROUND: [int(x) for x in lines if not x.startswith("READY")]})
     await _check_all_acknowledged(tmp_path / "q", acked)
 
 
