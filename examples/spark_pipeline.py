@@ -7,7 +7,8 @@ structured-streaming job drains the queue into Parquet, and restarts lose and re
 2. Spark (``local[2]``) reads the queue with ``consume=true`` and
    ``Trigger.AvailableNow``, a few thousand records per micro-batch, into Parquet
    with a checkpoint. Each committed batch is released from the queue, and its
-   segment files are deleted. This first run is a separate driver process that
+   segment files are deleted (the file holding the read position stays, as in
+   go-diskqueue, so "bytes on disk" does not reach 0). This first run is a separate driver process that
    is killed with SIGKILL (driver and JVM) after its second micro-batch.
 3. The job is started again from its checkpoint: it finishes what the killed run
    left. The producers add more events; a third start picks up only those.
@@ -72,13 +73,14 @@ async def produce(directory: Path, first: int, count: int, producers: int = 4) -
 
 
 def queue_state(directory: Path) -> tuple[int, int]:
-    """(messages waiting, segment files on disk) of the queue."""
-    from aiodiskqueue._layout import Layout
-    from aiodiskqueue._meta import load_meta
+    """(messages waiting, bytes of segment files) of the queue, as DiskQueue sees it."""
 
-    lay = Layout(str(directory), QUEUE)
-    meta = load_meta(lay.meta_path)
-    return (meta.depth if meta else 0), len(lay.segments())
+    async def stats() -> tuple[int, int]:
+        async with DiskQueue(directory, QUEUE) as q:
+            s = q.statistics()
+            return s.depth, s.bytes_on_disk
+
+    return asyncio.run(stats())
 
 
 def start_spark() -> Any:
@@ -163,30 +165,30 @@ def run_pipeline(data_dir: Path, events: int = 20_000, spark: Any = None,
     first, more = events, events // 4
     t0 = time.monotonic()
     asyncio.run(produce(queues, 0, first))
-    depth, segs = queue_state(queues)
+    depth, size = queue_state(queues)
     log(f"produced {first} events with 4 asyncio producers: queue depth {depth}, "
-        f"{segs} segment files")
+        f"{size:,} bytes on disk")
     log("job run 1: a separate Spark driver, killed with SIGKILL after 2 micro-batches ...")
     child = subprocess.run([sys.executable, __file__, "--data-dir", str(data_dir),
                             "--crash-run"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, check=False)
-    depth, segs = queue_state(queues)
+    depth, size = queue_state(queues)
     log(f"job run 1: killed (exit status {child.returncode}); queue depth {depth}, "
-        f"{segs} segment file(s) left")
+        f"{size:,} bytes on disk")
     own = spark is None
     if own:
         spark = start_spark()
     try:
         batches = run_job(spark, queues, table, checkpoint)
-        depth, segs = queue_state(queues)
+        depth, size = queue_state(queues)
         log(f"job run 2 (restart from the checkpoint): micro-batches {batches}; "
-            f"queue depth {depth}, {segs} segment file(s) left")
+            f"queue depth {depth}, {size:,} bytes on disk")
         asyncio.run(produce(queues, first, more))
         log(f"produced {more} more events")
         batches = run_job(spark, queues, table, checkpoint)
-        depth, segs = queue_state(queues)
+        depth, size = queue_state(queues)
         log(f"job run 3 (restart): micro-batches {batches}; "
-            f"queue depth {depth}, {segs} segment file(s) left")
+            f"queue depth {depth}, {size:,} bytes on disk")
         batches = run_job(spark, queues, table, checkpoint)
         log(f"job run 4 (restart, nothing new): micro-batches {batches or 'none'}")
         rows = spark.read.parquet(str(table)).select("payload").collect()

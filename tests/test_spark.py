@@ -309,7 +309,7 @@ def test_failed_write_leaves_queue_byte_for_byte(spark: SparkSession, tmp_path: 
                      max_bytes_per_file=100))
     before = snapshot(tmp_path)
 
-    @F.udf("binary")
+    @F.udf("binary", useArrow=False)
     def explode(i: int) -> bytes:
         if i == 2900:
             raise RuntimeError("udf failed on row 2900")
