@@ -225,6 +225,14 @@ def test_batch_read_nsq_format(spark: SparkSession, tmp_path: Path) -> None:
     assert [bytes(r.body) for r in rows] == [b"body-%d" % i for i in range(20)]
 
 
+def test_batch_read_of_larger_messages_than_allowed_says_which_option(
+        spark: SparkSession, copy_fixture: CopyFixture, tmp_path: Path) -> None:
+    copy_fixture("multi", tmp_path)  # messages up to 5000 bytes
+    with pytest.raises(Exception, match=r"record length \d+ is outside \[0, 1000\] "
+                                        r"\(options minMsgSize, maxMsgSize\)"):
+        read_df(spark, tmp_path, "multi", maxMsgSize="1000").collect()
+
+
 # ------------------------------------------------------------------ bad options
 
 

@@ -24,8 +24,8 @@ from .._codec import HEADER
 from .._layout import Layout, fsync_dir, queue_names
 from .._lock import QueueLock, lock_holder
 from .._meta import Meta, load_meta, store_meta
-from .._scan import Record, iter_spans, scan_segment
-from ..errors import DiskQueueError, QueueLocked
+from .._scan import BAD_LENGTH, Record, iter_spans, scan_segment
+from ..errors import CorruptionError, DiskQueueError, QueueLocked
 
 log = logging.getLogger("aiodiskqueue.spark")
 
@@ -218,8 +218,9 @@ def iter_records(
 ) -> Iterator[list[Record]]:
     """Yield the records of ``spans`` in order, one list per read chunk.
 
-    A damaged record ends its file's span with a warning (the core quarantines
-    that file when it reaches it). Raises DiskQueueError if a segment is gone.
+    A truncated record ends its file's span with a warning (the core
+    quarantines that file when it reaches it). Raises CorruptionError at a
+    length outside ``[min_size, max_size]``, DiskQueueError if a segment is gone.
     """
     for span in spans:
         path = layout.segment_path(span.num)
@@ -229,6 +230,16 @@ def iter_records(
             for chunk in chunks:
                 if chunk.records:
                     yield chunk.records
+                if chunk.problem == BAD_LENGTH:
+                    # Most often a queue written with a larger max_msg_size: failing says
+                    # so, where skipping the rest of the file would lose it quietly.
+                    raise CorruptionError(
+                        path, chunk.end,
+                        f"record length {chunk.bad_length} is outside [{min_size}, {max_size}]"
+                        " (options minMsgSize, maxMsgSize): if the queue's messages may be "
+                        "that large, set maxMsgSize; otherwise open the queue once with "
+                        "DiskQueue, which quarantines the damaged file",
+                    )
                 if chunk.problem is not None:
                     log.warning("%s: %s at byte %d; skipping the rest of this file",
                                 path, chunk.problem, chunk.end)
