@@ -13,6 +13,12 @@ Commit protocol (batch and streaming):
    files are not touched before step 2, so a failed job leaves them byte for
    byte as they were.
 
+The one window that is not all or nothing: if the driver process dies during
+step 2, after some renames and before the meta is stored, the core's recovery
+finds the renamed segments on the next open (records past the meta's write
+position are kept, as after any crash), so a prefix of the job's records is
+in the queue although Spark reports the job failed.
+
 A streaming sink also records, after the meta, the last batch id it appended
 (``NAME.diskqueue.spark-sink.json``, replaced atomically), keyed by the
 ``writerId`` option or else the query's checkpoint location and query id; a
