@@ -15,6 +15,7 @@ from helpers_format import (
     meta_name,
     parse_meta,
     read_meta,
+    read_queue,
     records,
     seg_name,
     segment_numbers,
@@ -219,3 +220,96 @@ def test_damaged_queue_opens_and_delivers_intact_files(sc: Scenario) -> None:
         _run(sc)
     finally:
         logging.getLogger("aiodiskqueue").setLevel(logging.NOTSET)
+
+
+Op = tuple[str, int]
+OPS = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 3000)),
+    st.tuples(st.just("put_nowait"), st.integers(0, 300)),
+    st.tuples(st.just("put_many"), st.integers(1, 12)),
+    st.tuples(st.just("get"), st.integers(1, 5)),
+    st.tuples(st.just("get_nowait"), st.just(1)),
+    st.tuples(st.just("get_many"), st.integers(1, 8)),
+    st.tuples(st.just("sync"), st.just(0)),
+    st.tuples(st.just("reopen"), st.sampled_from([64, 500, 5000])),
+    st.tuples(st.just("purge"), st.just(0)),
+)
+
+
+async def _model_run(directory: Path, ops: list[Op], max_bytes: int) -> None:
+    from collections import deque
+
+    from aiodiskqueue import QueueEmpty
+
+    model: deque[bytes] = deque()
+    n = 0
+
+    def new(size: int) -> bytes:
+        nonlocal n
+        n += 1
+        return (b"%06d" % n + b"." * size)[: max(6, size)]
+
+    opts: dict[str, int] = {"max_bytes_per_file": max_bytes, "read_buffer_bytes": 4096,
+                            "max_msg_size": 4096}
+    q = await DiskQueue.open(directory, "q", **opts)
+    try:
+        for kind, arg in ops:
+            if kind == "put":
+                m = new(arg)
+                await q.put(m)
+                model.append(m)
+            elif kind == "put_nowait":
+                m = new(arg)
+                q.put_nowait(m)
+                model.append(m)
+            elif kind == "put_many":
+                ms = [new(7 * i) for i in range(arg)]
+                await q.put_many(ms)
+                model.extend(ms)
+            elif kind == "get":
+                for _ in range(min(arg, len(model))):
+                    assert await asyncio.wait_for(q.get(), 10) == model.popleft()
+            elif kind == "get_nowait":
+                try:
+                    got = q.get_nowait()
+                except QueueEmpty:
+                    pass  # allowed: the next message may still be on disk
+                else:
+                    assert got == model.popleft()
+            elif kind == "get_many":
+                if model:
+                    many = await asyncio.wait_for(q.get_many(arg), 10)
+                    assert 1 <= len(many) <= arg
+                    assert many == [model.popleft() for _ in many]
+            elif kind == "sync":
+                await q.sync()
+                assert read_queue(directory, "q") == list(model)
+            elif kind == "reopen":
+                await q.aclose()
+                assert read_queue(directory, "q") == list(model)
+                opts["max_bytes_per_file"] = arg
+                q = await DiskQueue.open(directory, "q", **opts)
+            elif kind == "purge":
+                await q.purge()
+                model.clear()
+            assert q.qsize() == len(model), (kind, q.qsize(), len(model))
+            assert q.empty() == (not model)
+        assert [await asyncio.wait_for(q.get(), 10) for _ in range(len(model))] == list(model)
+        assert q.statistics().bad_files == 0
+    finally:
+        await q.aclose()
+    assert read_queue(directory, "q") == []
+    assert bad_files_in(directory) == []
+
+
+def bad_files_in(directory: Path) -> list[str]:
+    """Quarantined files in ``directory``."""
+    return sorted(p.name for p in directory.iterdir() if ".bad" in p.name)
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(OPS, max_size=40), st.sampled_from([16, 100, 1000, 1 << 20]))
+def test_operations_match_a_fifo_model(ops: list[Op], max_bytes: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(_model_run(Path(tmp), ops, max_bytes))
