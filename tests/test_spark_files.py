@@ -18,6 +18,7 @@ from aiodiskqueue._lock import QueueLock
 from aiodiskqueue._meta import load_meta
 from aiodiskqueue.spark._files import (
     STALE_SECONDS,
+    StagedFile,
     StagedWriter,
     advance,
     committed_batch,
@@ -43,7 +44,7 @@ async def drain(directory: Path, name: str) -> list[bytes]:
     return out
 
 
-def stage(tmp_path: Path, payloads: list[bytes], max_bytes: int = 1024) -> list:
+def stage(tmp_path: Path, payloads: list[bytes], max_bytes: int = 1024) -> list[StagedFile]:
     w = StagedWriter(str(tmp_path / "staging"), max_bytes)
     w.write(payloads)
     return w.close()
@@ -131,6 +132,7 @@ async def test_release_consumes_and_deletes_segments(tmp_path: Path) -> None:
     pos, rows, nbytes = advance(view, view.spans, 35, None, 0, MAX)
     # 35 records: files 0..2 hold 10 each, so the position is 5 records into file 3.
     assert (pos, rows, nbytes) == ((3, 40), 35, 280)
+    assert pos is not None
     assert release(lay, pos, 0, MAX) is True
     assert release(lay, pos, 0, MAX) is False  # idempotent
     assert min(lay.segments()) == 3
