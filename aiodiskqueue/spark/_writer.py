@@ -144,6 +144,8 @@ def _files(messages: list[WriterCommitMessage | None]) -> list[StagedFile]:
 
 
 class _Base:
+    """What the batch and the streaming writer share: option checks and cleanup."""
+
     def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
         if overwrite:
             raise OptionError("mode", "must be 'append': a queue cannot be overwritten by Spark")
@@ -153,9 +155,9 @@ class _Base:
         self.layout = Layout(options.path, self.name)
         self.job = uuid.uuid4().hex
 
-    def _cleanup(self, messages: list[WriterCommitMessage | None], final: bool) -> None:
+    def _cleanup(self, messages: list[WriterCommitMessage | None], aborted: bool) -> None:
         where = staging_dir(self.layout, self.job)
-        if final:
+        if aborted:
             # Spark calls abort while tasks of the failed job may still run and finish.
             # The mark makes them remove their own files: either they see it, or they
             # wrote their files before it existed and the removal below gets them.
@@ -180,11 +182,11 @@ class DiskQueueWriter(_Base, DataSourceArrowWriter):
             link(self.layout, _files(messages), self.options.min_msg_size,
                  self.options.max_msg_size, lock_wait=self.options.lock_wait)
         finally:
-            self._cleanup(messages, final=False)
+            self._cleanup(messages, aborted=False)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Remove the staged files; the queue is untouched."""
-        self._cleanup(messages, final=True)
+        self._cleanup(messages, aborted=True)
 
 
 class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
@@ -230,8 +232,8 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
                  lock_wait=self.options.lock_wait)
         finally:
             # The staging directory is the query's, shared by its next batches: no end mark.
-            self._cleanup(messages, final=False)
+            self._cleanup(messages, aborted=False)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Remove the batch's staged files (the query stops after an abort)."""
-        self._cleanup(messages, final=True)
+        self._cleanup(messages, aborted=True)
