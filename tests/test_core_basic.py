@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -245,3 +246,30 @@ async def poll_until(predicate: Callable[[], bool], timeout: float = 30.0) -> No
     while not predicate():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize("size_mib", [5, 20], ids=lambda s: f"{s}MiB")
+async def test_messages_larger_than_buffers_and_files(make_queue: MakeQueue, tmp_path: Path,
+                                                      size_mib: int) -> None:
+    # Larger than the 4 MiB read buffer, the file size and (20 MiB) the write buffer.
+    big = bytes(range(256)) * (size_mib * 4096)
+    q = await make_queue(max_bytes_per_file=1 << 20, max_msg_size=32 << 20)
+    await q.put(b"small")
+    await q.put(big)
+    await q.put(b"tail")
+    st = q.statistics()
+    assert (st.write_file_num, st.write_pos) == (2, 8)  # the big record sits alone in file 1
+    assert (tmp_path / seg_name("q", 1)).stat().st_size == 4 + len(big)
+    await q.aclose()
+    q = await make_queue(max_bytes_per_file=1 << 20, max_msg_size=32 << 20)
+    assert [await q.get() for _ in range(3)] == [b"small", big, b"tail"]
+
+
+async def test_unclosed_queue_warns(make_queue: MakeQueue) -> None:
+    q = await make_queue()
+    with pytest.warns(ResourceWarning, match="unclosed"):
+        q.__del__()  # what garbage collection would run on a queue never closed
+    await q.aclose()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q.__del__()  # closed: silent
