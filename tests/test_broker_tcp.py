@@ -35,8 +35,7 @@ async def test_identify_feature_negotiation(broker: BrokerServer, raw_clients: l
                          client_id="t1", hostname="h1", user_agent="raw/1")
     assert f.is_response
     data = json.loads(f.data)
-    # The channel's timeout applies (AckQueue has no per-delivery timeout), and is reported.
-    assert data["msg_timeout"] == 60_000
+    assert data["msg_timeout"] == 5000  # the client's own timeout applies
     assert data["max_rdy_count"] == 2500
     assert data["max_msg_timeout"] == 900_000
     assert data["heartbeat_interval"] == 2000
@@ -172,6 +171,35 @@ async def test_message_timeout_redelivers(make_broker: MakeBroker, raw_clients: 
     c1.send(b"RDY 1")
     await p.pub("slow", b"after")
     assert (await c1.read()).body == b"after"
+
+
+async def test_identify_msg_timeout_applies_to_that_client(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
+    """The broker's timeout is 60 s; a client that asks for 1 s sees its message taken back."""
+    assert broker.broker.options.msg_timeout == 60.0
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("short", b"slow job")
+    c1 = await connect(broker.tcp_port, raw_clients)
+    f = await c1.identify(feature_negotiation=True, msg_timeout=1000)
+    assert json.loads(f.data)["msg_timeout"] == 1000
+    await c1.sub("short", "ch")
+    m = await c1.read()
+    c1.send(b"RDY 0")
+    assert channel_stats(broker, "short", "ch")["clients"][0]["msg_timeout"] == 1000
+    c2 = await connect(broker.tcp_port, raw_clients)  # the broker's 60 s
+    await c2.sub("short", "ch")
+    # Within the tests' bound (20 s), far below 60 s: only the client's 1 s can do this.
+    m2 = await c2.read()
+    assert (m2.body, m2.msg_id, m2.attempts) == (b"slow job", m.msg_id, 2)
+    stats = channel_stats(broker, "short", "ch")
+    assert (stats["timeout_count"], stats["in_flight_count"]) == (1, 1)
+    c1.send(b"FIN " + m.msg_id)
+    f = await c1.read()
+    assert f.is_error and f.data.startswith(b"E_FIN_FAILED"), f.data
+    c2.send(b"FIN " + m2.msg_id)
+    await eventually(lambda: channel_stats(broker, "short", "ch")["finish_count"] == 1,
+                     "the second delivery finished")
 
 
 async def test_dpub_is_delivered_after_delay(broker: BrokerServer, raw_clients: list[RawClient]) -> None:

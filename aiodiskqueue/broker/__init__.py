@@ -17,9 +17,9 @@ channels are left out of the metadata and deleted with their last client.
 
 Not offered: TLS, snappy, deflate (IDENTIFY answers ``false``, clients stay
 on the plain stream), AUTH (``E_AUTH_DISABLED``), nsqlookupd registration.
-Known differences from nsqd: a client's IDENTIFY ``msg_timeout`` is checked
-but the broker's ``--msg-timeout`` applies (AckQueue has no per-delivery
-timeout; IDENTIFY reports the one that applies); channel names ending in
+A client's IDENTIFY ``msg_timeout`` (1 s up to the broker's ``max_msg_timeout``,
+nsqd's 15 min by default) applies to the messages delivered to it and to
+their touches. Known differences from nsqd: channel names ending in
 ``.dead`` are refused (that suffix names dead-letter queues); emptying a
 channel keeps its deferred messages; an ephemeral channel's messages are on
 disk while it exists.

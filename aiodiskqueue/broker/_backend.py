@@ -79,12 +79,16 @@ class Store(Protocol):
         """Store ``body``, deliverable after ``delay`` seconds."""
         ...
 
-    async def put_many(self, bodies: list[bytes]) -> None:
-        """Store ``bodies`` in order, deliverable now."""
+    async def put_many(self, bodies: list[bytes], delay: float = 0.0) -> None:
+        """Store ``bodies`` in order as one batch, deliverable after ``delay`` seconds."""
         ...
 
     async def get(self, msg_timeout: float | None = None) -> Delivery:
-        """Wait for the next due message and put it in flight."""
+        """Wait for the next due message and put it in flight.
+
+        ``msg_timeout`` (seconds, at most the store's maximum) is this
+        delivery's deadline and that of its touches; None: the store's.
+        """
         ...
 
     def get_nowait(self) -> Delivery | None:
@@ -104,8 +108,8 @@ class Store(Protocol):
         ...
 
 
-PER_DELIVERY_TIMEOUT: Final = False
-"""Whether ``Store.get(msg_timeout)`` honours its argument (AckQueue's get() has none)."""
+PER_DELIVERY_TIMEOUT: Final = True
+"""Whether ``Store.get(msg_timeout)`` honours its argument (a client's IDENTIFY ``msg_timeout``)."""
 
 StoreError = MessageNotInFlight
 """Raised by a finish, requeue or touch of a message that is no longer in flight."""
@@ -150,10 +154,9 @@ class _AckDelivery:
 class AckStore:
     """A :class:`Store` over an :class:`~aiodiskqueue.AckQueue` in nsqd's message format.
 
-    The queue's ``msg_timeout`` is the broker's: ``AckQueue.get()`` takes no
-    per-delivery timeout, so a client's IDENTIFY ``msg_timeout`` cannot be
-    honoured (:data:`PER_DELIVERY_TIMEOUT` is False, and IDENTIFY reports the
-    timeout that applies).
+    The queue's ``msg_timeout`` is the broker's default; ``get(msg_timeout)``
+    passes a client's IDENTIFY ``msg_timeout`` on to ``AckQueue.get``, which
+    applies it to that delivery and its touches.
     """
 
     def __init__(self, q: AckQueue) -> None:
@@ -163,15 +166,13 @@ class AckStore:
         """Store ``body``; returns once written (fsynced with ``sync_every=1``)."""
         await self.q.put(body, delay=delay)
 
-    async def put_many(self, bodies: list[bytes]) -> None:
-        """Store ``bodies`` in order, as one batch of the data queue."""
-        # AckQueue has no put_many: start every put in order in this loop
-        # iteration, so the data queue writes them as one batch, in order.
-        await asyncio.gather(*(self.q.put(b) for b in bodies))
+    async def put_many(self, bodies: list[bytes], delay: float = 0.0) -> None:
+        """Store ``bodies`` in order, as one batch (all or none pass the size checks)."""
+        await self.q.put_many(bodies, delay=delay)
 
     async def get(self, msg_timeout: float | None = None) -> Delivery:
-        """The next due message, now in flight (``msg_timeout`` is not honoured, see above)."""
-        return _AckDelivery(await self.q.get())
+        """The next due message, in flight for ``msg_timeout`` seconds (None: the queue's)."""
+        return _AckDelivery(await self.q.get(msg_timeout=msg_timeout))
 
     def get_nowait(self) -> Delivery | None:
         """The next message if one is ready in memory, now in flight; else None."""

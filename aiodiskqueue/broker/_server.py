@@ -87,6 +87,8 @@ class Connection:
             heartbeat_interval_ms=round(opts.heartbeat_interval * 1000),
             msg_timeout_ms=round(opts.msg_timeout * 1000),
         )
+        self.msg_timeout: float | None = None
+        """The client's IDENTIFY ``msg_timeout`` in seconds; None: the broker's applies."""
         self.state = State.INIT
         self.channel: Channel | None = None
         self.rdy = 0
@@ -326,8 +328,14 @@ class Connection:
         if self.state is not State.INIT:
             raise ClientError("E_INVALID", "cannot IDENTIFY in current state")
         body = await self._read_body("IDENTIFY", "E_BAD_BODY", self.broker.options.max_body_size)
-        self.config, resp = negotiate(body, self.broker.options.limits(),
-                                       client_msg_timeout=PER_DELIVERY_TIMEOUT)
+        opts = self.broker.options
+        limits = opts.limits()
+        self.config, resp = negotiate(body, limits, client_msg_timeout=PER_DELIVERY_TIMEOUT)
+        ms = self.config.msg_timeout_ms
+        # The broker's own value exactly when the client asked for none (or for
+        # it); never past the store's maximum, whatever the rounding to ms.
+        self.msg_timeout = (None if ms == limits.msg_timeout_ms
+                            else min(ms / 1000, opts.max_msg_timeout))
         if self._heartbeat is not None:
             # Restart the ticker with the negotiated interval.
             self._heartbeat.cancel()
@@ -516,7 +524,8 @@ class Connection:
         assert ch is not None
         store = ch.store
         loop = asyncio.get_running_loop()
-        timeout = self.config.msg_timeout_ms / 1000
+        msg_timeout = self.msg_timeout
+        timeout = self.broker.options.msg_timeout if msg_timeout is None else msg_timeout
         sample = self.config.sample_rate
         in_flight = self.in_flight
         while True:
@@ -536,7 +545,7 @@ class Connection:
             # No await between get() returning and the message being recorded and
             # written (but for a sampled-out one, finished at once), so cancelling
             # the pump never strands a delivery.
-            d = await store.get(timeout)
+            d = await store.get(msg_timeout)
             if sample and _rng.randrange(100) >= sample:
                 # IDENTIFY sample_rate: like nsqd, a message sampled out is dropped.
                 await d.finish()

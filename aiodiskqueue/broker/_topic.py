@@ -211,13 +211,10 @@ class Topic:
 
 
 async def _put(store: Store, bodies: list[bytes], delay: float) -> None:
-    if delay > 0:
-        for b in bodies:
-            await store.put(b, delay)
-    elif len(bodies) == 1:
-        await store.put(bodies[0])
+    if len(bodies) == 1:
+        await store.put(bodies[0], delay)
     else:
-        await store.put_many(bodies)
+        await store.put_many(bodies, delay)
 
 
 __all__ = ["Channel", "Subscriber", "Topic"]
