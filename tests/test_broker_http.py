@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession
 from ansq.http.writer import NSQDHTTPWriter
-from test_broker_support import RawClient, broker, channel_stats, connect, make_broker, raw_clients
+from test_broker_support import (
+    MakeBroker,
+    RawClient,
+    broker,
+    channel_stats,
+    connect,
+    make_broker,
+    raw_clients,
+)
 
 from aiodiskqueue.broker import BrokerServer
 
@@ -223,18 +231,46 @@ async def test_topic_delete_removes_everything(
     assert (await _req(http, "POST", "/topic/delete?topic=gone"))[:2] == (404, '{"message": "TOPIC_NOT_FOUND"}')
 
 
-async def test_channel_empty_drops_in_flight_messages_too(
-    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+async def test_channel_empty_drops_in_flight_ready_and_deferred(
+    make_broker: MakeBroker, raw_clients: list[RawClient]
 ) -> None:
+    """nsqd's Channel.Empty: in-flight, ready and deferred messages are all dropped, for good."""
+    broker = await make_broker()
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("emp2", "ch", rdy=2)
-    await _req(http, "POST", "/mpub?topic=emp2", b"1\n2\n3")
-    m1, _m2 = await c.read(), await c.read()
-    assert (await _req(http, "POST", "/channel/empty?topic=emp2&channel=ch"))[0] == 200
-    stats = channel_stats(broker, "emp2", "ch")
-    assert (stats["depth"], stats["in_flight_count"], stats["clients"][0]["in_flight_count"]) == (0, 0, 0)
-    c.send(b"FIN " + m1.msg_id)
-    f = await c.read()
-    assert f.is_error and f.data.startswith(b"E_FIN_FAILED")
-    await _req(http, "POST", "/pub?topic=emp2", b"fresh")
+    p = await connect(broker.tcp_port, raw_clients)
+    p.send(b"MPUB emp2", struct.pack(">i", 3) + b"".join(struct.pack(">i", 1) + x for x in (b"1", b"2", b"3")))
+    await p.expect_ok()
+    p.send(b"DPUB emp2 3600000", b"deferred")
+    await p.expect_ok()
+    m1, m2 = await c.read(), await c.read()
+    before = channel_stats(broker, "emp2", "ch")
+    assert (before["depth"], before["in_flight_count"], before["deferred_count"]) == (1, 2, 1)
+    url = f"http://127.0.0.1:{broker.http_port}/channel/empty?topic=emp2&channel=ch"
+    async with ClientSession() as s, s.post(url) as r:
+        assert (r.status, await r.text()) == (200, "")
+    after = channel_stats(broker, "emp2", "ch")
+    assert (after["depth"], after["in_flight_count"], after["deferred_count"]) == (0, 0, 0)
+    assert after["clients"][0]["in_flight_count"] == 0
+    assert after["finish_count"] == 2  # the in-flight ones, finished in the store
+    # The client's deliveries are gone: FIN, REQ and TOUCH fail, and are not fatal.
+    for cmd, code in ((b"FIN ", b"E_FIN_FAILED"), (b"REQ ", b"E_REQ_FAILED"),
+                      (b"TOUCH ", b"E_TOUCH_FAILED")):
+        c.send(cmd + (m1.msg_id if cmd != b"REQ " else m2.msg_id + b" 0"))
+        f = await c.read()
+        assert f.is_error and f.data.startswith(code), f
+    await p.pub("emp2", b"fresh")
     assert (await c.read()).body == b"fresh"  # nothing emptied comes back
+    c.send(b"RDY 0")
+    await c.close()
+    # Nor after a restart: the drop is stored, not only forgotten in memory.
+    await broker.aclose()
+    broker = await make_broker()
+    c2 = await connect(broker.tcp_port, raw_clients)
+    await c2.sub("emp2", "ch", rdy=5)
+    assert (await c2.read()).body == b"fresh"  # unfinished when the client left
+    p2 = await connect(broker.tcp_port, raw_clients)
+    await p2.pub("emp2", b"end")
+    assert (await c2.read()).body == b"end"
+    stats = channel_stats(broker, "emp2", "ch")
+    assert (stats["depth"], stats["in_flight_count"], stats["deferred_count"]) == (0, 2, 0)

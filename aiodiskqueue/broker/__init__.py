@@ -19,10 +19,11 @@ Not offered: TLS, snappy, deflate (IDENTIFY answers ``false``, clients stay
 on the plain stream), AUTH (``E_AUTH_DISABLED``), nsqlookupd registration.
 A client's IDENTIFY ``msg_timeout`` (1 s up to the broker's ``max_msg_timeout``,
 nsqd's 15 min by default) applies to the messages delivered to it and to
-their touches. Known differences from nsqd: channel names ending in
-``.dead`` are refused (that suffix names dead-letter queues); emptying a
-channel keeps its deferred messages; an ephemeral channel's messages are on
-disk while it exists.
+their touches.
+Emptying a channel drops its in-flight, ready and deferred messages, as nsqd
+does. Known differences from nsqd: channel names ending in ``.dead`` are
+refused (that suffix names dead-letter queues); an ephemeral channel's
+messages are on disk while it exists.
 
 Storage and durability
 ----------------------

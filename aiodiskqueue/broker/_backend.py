@@ -96,7 +96,10 @@ class Store(Protocol):
         ...
 
     async def empty(self) -> None:
-        """Drop every message not in flight (nsqd's channel/topic empty)."""
+        """Drop every message that is ready or deferred (nsqd's channel/topic empty).
+
+        Messages in flight stay in flight; the caller settles them.
+        """
         ...
 
     def stats(self) -> StoreStats:
@@ -182,19 +185,8 @@ class AckStore:
             return None
 
     async def empty(self) -> None:
-        """Finish every message that is ready now (deferred ones stay: AckQueue cannot drop them)."""
-        q = self.q
-        while q.qsize() > 0:
-            try:
-                m = q.get_nowait()
-            except QueueEmpty:
-                # Not read ahead yet, or taken by a consumer meanwhile: wait a
-                # little, then look at the depth again (a cancelled get loses nothing).
-                try:
-                    m = await asyncio.wait_for(q.get(), 0.05)
-                except TimeoutError:
-                    continue
-            await m.finish()
+        """Drop every ready and deferred message (``AckQueue.purge``); in-flight ones stay."""
+        await self.q.purge()
 
     def stats(self) -> StoreStats:
         """The queue's depth, in-flight and deferred counts and counters."""

@@ -529,11 +529,11 @@ class Connection:
         sample = self.config.sample_rate
         in_flight = self.in_flight
         while True:
-            while len(in_flight) >= self.rdy or ch.paused:
+            while len(in_flight) >= self.rdy or ch.held:
                 now = loop.time()
                 if now >= self._next_prune:
                     self._prune(now, timeout)
-                    if len(in_flight) < self.rdy and not ch.paused:
+                    if len(in_flight) < self.rdy and not ch.held:
                         break
                 fut = self._waiter = loop.create_future()
                 timer = loop.call_later(max(0.0, self._next_prune - now), _wake, fut)
@@ -576,10 +576,12 @@ class Connection:
             w.set_result(None)
 
     def take_in_flight(self) -> list[Delivery]:
-        """Hand over (and forget) what is in flight here: the channel is being emptied."""
+        """Hand over (and forget) what is in flight here: the channel is being emptied.
+
+        The pump is not woken: the channel wakes it once the empty is done.
+        """
         out = list(self.in_flight.values())
         self.in_flight.clear()
-        self.wake()
         return out
 
     def stats(self) -> dict[str, Any]:

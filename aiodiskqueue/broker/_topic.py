@@ -24,7 +24,7 @@ class Subscriber(Protocol):
         ...
 
     def take_in_flight(self) -> list[Delivery]:
-        """Hand over (and forget) every message in flight to this client."""
+        """Hand over (and forget) every message in flight to this client, without waking it."""
         ...
 
     def wake(self) -> None:
@@ -45,8 +45,14 @@ class Channel:
         self.store = store
         self.clients: dict[int, Subscriber] = {}
         self.paused = False
+        self._emptying = 0
         self.message_count = 0
         """Deliveries to clients since the broker started."""
+
+    @property
+    def held(self) -> bool:
+        """Delivery to clients stops: the channel is paused or being emptied."""
+        return self.paused or self._emptying > 0
 
     @property
     def ephemeral(self) -> bool:
@@ -79,15 +85,30 @@ class Channel:
         }
 
     async def empty(self) -> None:
-        """Drop the messages in flight and those ready (nsqd's channel empty).
+        """Drop every message of the channel: in flight, ready and deferred (nsqd's channel empty).
 
-        Deferred messages stay: the store cannot drop them before they are due.
+        As in nsqd, the clients forget their in-flight messages (a later FIN,
+        REQ or TOUCH of one gets ``E_*_FAILED``); they are finished in the
+        store. Ready and deferred messages are purged from the store.
+        Messages published after the call returns are kept.
         """
-        for c in list(self.clients.values()):
-            for d in c.take_in_flight():
-                with contextlib.suppress(DiskQueueError):  # timed out meanwhile: it is queued again
-                    await d.finish()
-        await self.store.empty()
+        # Clients take nothing new meanwhile, so what is ready now is purged
+        # rather than delivered in place of what they lose.
+        self._emptying += 1
+        try:
+            taken = [d for c in list(self.clients.values()) for d in c.take_in_flight()]
+            if taken:
+                results = await asyncio.gather(*(d.finish() for d in taken),
+                                               return_exceptions=True)
+                for r in results:
+                    # One that timed out meanwhile is queued again: the purge drops it.
+                    if isinstance(r, BaseException) and not isinstance(r, DiskQueueError):
+                        raise r
+            await self.store.empty()
+        finally:
+            self._emptying -= 1
+            for c in list(self.clients.values()):
+                c.wake()
 
     def set_paused(self, paused: bool) -> None:
         """Pause or resume delivery to this channel's clients."""
