@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from helpers_format import (
     MetaText,
     meta_name,
@@ -211,6 +212,7 @@ def _run(sc: Scenario) -> None:
                 assert got.count(m) == 1, m
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenarios())
@@ -307,6 +309,7 @@ def bad_files_in(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if ".bad" in p.name)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(OPS, max_size=40), st.sampled_from([16, 100, 1000, 1 << 20]))
