@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Protocol, final
 
-from .._layout import fsync_dir
+from .._layout import Layout, fsync_dir
 from ..ack import AckQueue, Message
 from ..errors import MessageNotInFlight, QueueEmpty
 from ._options import BrokerOptions
@@ -200,21 +200,24 @@ class AckStore:
         await self.q.aclose()
 
 
-def _store_files(directory: str, name: str) -> list[str]:
-    """Every file of AckQueue ``name``: data queue, ack log, dead-letter queue.
+def store_files(directory: str, name: str) -> list[str]:
+    """Every file of the store ``name`` in ``directory``, sorted.
 
-    Matches exact names only, so that queue ``t:a`` never claims files of ``t:a.b``.
+    ``AckQueue`` has no call that deletes its files, so this names them: the
+    data queue and the dead-letter queue ``NAME.dead`` (segments, quarantined
+    ``.bad`` segments, meta, meta temp files, lock: :class:`Layout`) and the ack
+    log ``NAME.ack.%06d.log``. Exact names only: queue ``t:a`` never claims
+    files of ``t:a.b``. A test checks this against the files an AckQueue writes.
     """
-    patterns = [
-        re.compile(rf"\A{re.escape(q)}\.diskqueue\.(\d+\.dat(\.bad(\.\d+)?)?|meta\.dat|lock)\Z")
-        for q in (name, name + ".dead")
-    ]
-    patterns.append(re.compile(rf"\A{re.escape(name)}\.ack\.\d{{6}}\.log\Z"))
-    try:
-        entries = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return [os.path.join(directory, f) for f in entries if any(p.match(f) for p in patterns)]
+    out: list[str] = []
+    for q in (name, name + ".dead"):
+        lay = Layout(directory, q)
+        out += [*lay.segments().values(), *lay.bad_files(), *lay.meta_temp_files(),
+                lay.meta_path, lay.lock_path]
+    ack_log = re.compile(rf"\A{re.escape(name)}\.ack\.\d{{6,}}\.log\Z")
+    with contextlib.suppress(FileNotFoundError):
+        out += [os.path.join(directory, f) for f in os.listdir(directory) if ack_log.match(f)]
+    return sorted(p for p in out if os.path.exists(p))
 
 
 async def remove_store(store: Store, directory: str | os.PathLike[str], name: str) -> None:
@@ -226,7 +229,7 @@ async def remove_store(store: Store, directory: str | os.PathLike[str], name: st
     d = os.fspath(directory)
 
     def remove() -> None:
-        for path in _store_files(d, name):
+        for path in store_files(d, name):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         fsync_dir(d)
@@ -260,4 +263,4 @@ async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerO
 
 
 __all__ = ["PER_DELIVERY_TIMEOUT", "AckStore", "Delivery", "Store", "StoreError", "StoreStats", "open_store",
-           "remove_store"]
+           "remove_store", "store_files"]
