@@ -67,6 +67,8 @@ async def test_size_out_of_bounds_writes_nothing(make_queue: MakeQueue, tmp_path
         ({"sync_interval": "2"}, TypeError, "sync_interval must be a number, got str"),
         ({"maxsize": -1}, ValueError, "maxsize must be >= 0, got -1"),
         ({"maxsize": 1.0}, TypeError, "maxsize must be an int, got float"),
+        ({"read_buffer_bytes": 100}, ValueError, "read_buffer_bytes must be >= 4096, got 100"),
+        ({"write_buffer_bytes": 0}, ValueError, "write_buffer_bytes must be >= 4096, got 0"),
     ],
     ids=lambda v: "-".join(f"{k}={v[k]!r}" for k in v) if isinstance(v, dict) else "",
 )
