@@ -142,6 +142,23 @@ async def test_channel_empty_drops_queued_messages(
     assert channel_stats(broker, "emp", "ch")["depth"] == 0
 
 
+async def test_topic_empty_drops_its_ready_and_deferred_messages(
+    broker: BrokerServer, http: tuple[ClientSession, str], raw_clients: list[RawClient]
+) -> None:
+    await _req(http, "POST", "/mpub?topic=temp", b"1\n2")  # no channel: kept in the topic
+    await _req(http, "POST", "/pub?topic=temp&defer=3600000", b"later")
+    t = broker.broker.topics["temp"]
+    assert (t.stats()["depth"], t.stats()["backend_depth"]) == (3, 2)
+    assert (await _req(http, "POST", "/topic/empty?topic=temp"))[:2] == (200, "")
+    assert t.stats()["depth"] == 0
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("temp", "ch", rdy=5)
+    await _req(http, "POST", "/pub?topic=temp", b"fresh")
+    assert (await c.read()).body == b"fresh"
+    stats = channel_stats(broker, "temp", "ch")
+    assert (stats["depth"], stats["in_flight_count"], stats["deferred_count"]) == (0, 1, 0)
+
+
 async def test_ansq_http_writer(broker: BrokerServer) -> None:
     w = NSQDHTTPWriter("127.0.0.1", broker.http_port)
     try:

@@ -225,7 +225,7 @@ class HTTPApi:
         return _text("")
 
     async def topic_empty(self, request: web.Request) -> web.Response:
-        """``POST /topic/empty?topic=T``: drop what waits in the topic (not its channels)."""
+        """``POST /topic/empty?topic=T``: drop what waits in the topic, ready or deferred (not its channels)."""
         topic = self.broker.topics.get(self._topic_name(request))
         if topic is None:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
@@ -259,7 +259,7 @@ class HTTPApi:
         return _text("")
 
     async def channel_empty(self, request: web.Request) -> web.Response:
-        """``POST /channel/empty?topic=T&channel=C``: drop the channel's queued messages."""
+        """``POST /channel/empty?topic=T&channel=C``: drop its in-flight, ready and deferred messages."""
         ch = self._existing_channel(request)
         await ch.empty()
         return _text("")
