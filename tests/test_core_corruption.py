@@ -115,3 +115,23 @@ async def test_damage_behind_the_reader_is_harmless(make_queue: MakeQueue,
     patch_bytes(tmp_path / seg_name("q", 1), 0, b"\xff\xff\xff\xff")  # record 3: taken
     assert await take(q, 5) == msgs[4:]
     assert q.statistics().bad_files == 0 and len(files) == 3
+
+
+async def test_quarantine_of_last_data_moves_read_position_past_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from aiodiskqueue import DiskQueue
+
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=16, max_msg_size=1000) as q:
+        await q.put(b"0000")
+    patch_bytes(tmp_path / seg_name("q", 0), 0, b"\x01")  # length 0x01000004 > max_msg_size
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=16, max_msg_size=1000) as q:
+        await q.sync()  # the read-ahead has quarantined file 0
+        assert q.qsize() == 0 and q.statistics().bad_files == 1
+        st = q.statistics()
+        # Nothing unread lies before the write position: the consumer position is there.
+        assert (st.read_file_num, st.read_pos) == (st.write_file_num, st.write_pos)
+    # So the stored meta matches the files, and the next open needs no rebuild.
+    with caplog.at_level(logging.WARNING, logger="aiodiskqueue"):
+        async with DiskQueue(tmp_path, "q", max_bytes_per_file=16, max_msg_size=1000) as q:
+            assert q.qsize() == 0
+    assert [r.getMessage() for r in caplog.records] == []
