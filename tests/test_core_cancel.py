@@ -217,3 +217,17 @@ async def test_cancelled_aclose_still_syncs(tmp_path: Path) -> None:
         await closer
     await q.aclose()  # waits for the shielded close to finish
     assert read_queue(tmp_path, "q") == [b"%d" % i for i in range(50)]
+
+
+async def test_sync_and_purge_still_work_after_shutdown(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "q", sync_every=10**6, sync_interval=3600.0) as q:
+        await q.put_many([b"a", b"b"])
+        q.shutdown()
+        await q.sync()  # allowed: stores what was accepted before the shutdown
+        assert read_queue(tmp_path, "q") == [b"a", b"b"]
+        assert await q.get() == b"a"
+        await q.purge()
+        assert q.qsize() == 0
+        with pytest.raises(QueueClosed):
+            await q.get()
+    assert read_queue(tmp_path, "q") == []
