@@ -318,6 +318,10 @@ class AckQueue:
         self._getters: deque[asyncio.Future[None]] = deque()
         self._sync_waiters: list[asyncio.Future[None]] = []  # need a commit
         self._log_waiters: list[asyncio.Future[None]] = []  # need the log fsynced
+        # sync_every=1: entries requeued for now, held back until the log sync that
+        # records their last delivery, so attempts seen by consumers never go back
+        # after a crash. (entry, its ver when held)
+        self._held: list[tuple[Entry, int]] = []
         self._purge_waiters: list[asyncio.Future[None]] = []
         self._wake: asyncio.Future[None] | None = None
         self._fetch_task: asyncio.Task[None] | None = None
@@ -692,8 +696,12 @@ class AckQueue:
         d = self._check_delay(delay)
         e = self._release(m, _MState.REQUEUED)
         self._requeued += 1
-        if d == 0.0 or (self._max_attempts and e.attempts >= self._max_attempts):
+        if self._max_attempts and e.attempts >= self._max_attempts:
             self._make_due(e)  # out of attempts: dead-lettered now, waiting is pointless
+        elif d == 0.0 and self._sync_every == 1:
+            self._held.append((e, e.ver))  # released by the next log sync or commit
+        elif d == 0.0:
+            self._make_due(e)
         else:
             e.due_ns = self._clock.time_ns() + int(d * 1e9)
             self._journal.update(e)
@@ -959,28 +967,40 @@ class AckQueue:
         finish, requeue or deferred put durable.
         """
         waiters, self._log_waiters = self._log_waiters, []
+        held, self._held = self._held, []
         try:
             await self._hop(True)
         except DiskQueueError as exc:
+            self._held[:0] = held
             for w in waiters:
                 if not w.done():
                     w.set_exception(exc)
         else:
+            self._release_held(held)
             for w in waiters:
                 if not w.done():
                     w.set_result(None)
 
+    def _release_held(self, held: list[tuple[Entry, int]]) -> None:
+        """Make due the requeued entries whose last delivery the log now holds durably."""
+        for e, ver in held:
+            if e.ver == ver:  # not purged or otherwise moved on meanwhile
+                self._make_due(e)
+
     async def _commit(self) -> None:
         waiters = self._sync_waiters + self._log_waiters
         self._sync_waiters, self._log_waiters = [], []
+        held, self._held = self._held, []
         try:
             await self._commit_now()
         except (DiskQueueError, OSError) as exc:
             log.error("%s: commit failed: %s", self._name, exc)
+            self._held[:0] = held
             for w in waiters:
                 if not w.done():
                     w.set_exception(exc)
         else:
+            self._release_held(held)
             for w in waiters:
                 if not w.done():
                     w.set_result(None)
@@ -1037,6 +1057,11 @@ class AckQueue:
             for e in list(self._journal.entries.values()):
                 if e.state in (State.READY, State.LOADING, State.DEFERRED):
                     self._journal.done(e)
+            for e, ver in self._held:  # requeued before the purge: dropped with the rest
+                if e.ver == ver:
+                    e.ver += 1
+                    self._journal.done(e)
+            self._held.clear()
             self._ready.clear()
             self._need_load.clear()
             self._dues.clear()

@@ -135,6 +135,27 @@ async def test_requeue_now_redelivers_with_attempts_counted(make_ack: MakeAck) -
     assert (st.requeued, st.finished, st.timed_out) == (1, 1, 0)
 
 
+async def test_durable_requeue_is_not_redelivered_before_its_log_sync(
+    make_ack: MakeAck, tmp_path: Path
+) -> None:
+    # With sync_every=1 a message requeued for now comes back only after the log sync
+    # that records its delivery: otherwise a crash right after the redelivery could
+    # bring it back with fewer attempts than a consumer already saw.
+    q = await make_ack(sync_every=1)
+    await q.put(b"again")
+    m1 = await get(q)
+    requeue = asyncio.ensure_future(m1.requeue())
+    await asyncio.sleep(0)
+    with pytest.raises(QueueEmpty):
+        q.get_nowait()  # held: the requeue is not durable yet
+    syncs = q.statistics().log_syncs
+    await requeue
+    assert q.statistics().log_syncs > syncs
+    m2 = await get(q)
+    assert (m2.id, m2.attempts) == (m1.id, 2)
+    await m2.finish()
+
+
 async def test_requeue_with_delay_waits_for_due_time(make_ack: MakeAck,
                                                      clock: ManualClock) -> None:
     q = await make_ack()
