@@ -439,6 +439,10 @@ class Engine:
             self.bad_files += len(res.quarantined)
             if res.remaining is not None:
                 self.depth = len(self.ready) + res.remaining
+            if not self.ready:
+                # Nothing unread lies before the cursor: move the consumer position past
+                # the quarantined files, so the next meta does not point into one.
+                self.read_file, self.read_pos = self.read_at
         if self.read_at == self.write_at and self.depth != len(self.ready) and not stale:
             # Every written record is now either ready or taken, so the depth is known
             # exactly: a wrong depth from a meta file stops here instead of drifting.
