@@ -214,7 +214,6 @@ class DiskQueue:
         e.puts += 1
         fut = e.loop.create_future()  # type: ignore[union-attr]
         e.put_waiters.append(fut)
-        e.put_marks.append(len(pending))
         await fut
 
     async def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:
@@ -247,7 +246,6 @@ class DiskQueue:
                 pr.set_result(None)
         e.pending.extend(datas)
         e.put_waiters.append(fut)
-        e.put_marks.append(len(e.pending))
         e.pending_bytes += sum(lens) + 4 * len(lens)
         e.unwritten += len(datas)
         e.puts += len(datas)
@@ -466,7 +464,7 @@ class DiskQueue:
             raise e.closed_error()
         # Pending puts count as stored-then-purged: they return normally.
         dropped, waiters = e.pending, e.put_waiters
-        e.pending, e.put_waiters, e.put_marks, e.pending_bytes = [], [], [], 0
+        e.pending, e.put_waiters, e.pending_bytes = [], [], 0
         e.unwritten -= len(dropped)
         for w in waiters:
             if not w.done():

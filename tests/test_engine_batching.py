@@ -1,4 +1,4 @@
-"""The write path's batching: split and pipelined hops, waiter bookkeeping, handover."""
+"""The write path's batching: pipelined hops, waiter bookkeeping, hand-over."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def on_disk(directory: Path, name: str) -> set[bytes]:
 async def test_every_put_returns_only_after_its_own_records_are_written(
     tmp_path: Path, make_queue: MakeQueue
 ) -> None:
-    # Mixed single puts, put_many of 1..40 items and put_nowait from 16 tasks make the
-    # engine split batches at arbitrary points; each caller checks the bytes on disk
+    # Mixed single puts, put_many of 1..40 items and put_nowait from 16 tasks land in
+    # batches of every shape, some pipelined; each caller checks the bytes on disk
     # right after its await returns.
     q = await make_queue(tmp_path, max_bytes_per_file=4096)
     rng = random.Random(7)
