@@ -6,11 +6,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import uvloop  # the uvloop extra: `bash dev.sh test` installs it, so this never skips
 from helpers_format import layout, read_queue, seg_name
 
 from aiodiskqueue import DiskQueue, QueueClosed
-
-uvloop = pytest.importorskip("uvloop")
 
 
 def run(coro_fn: object, *args: object) -> None:
