@@ -2,55 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from ._ack_codec import NSQ_MIN_SIZE
-from ._options import Options, Statistics
+from ._options import Options, Statistics, as_bytes, integer, number
 
-_BYTES_TYPES = (bytes, bytearray, memoryview)
-
-
-def number(name: str, value: object, *, positive: bool) -> float:
-    """A finite number, > 0 (``positive``) or >= 0.
-
-    Raises TypeError or ValueError naming the bad value.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    v = float(value)
-    if math.isnan(v) or math.isinf(v) or (v <= 0 if positive else v < 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
-    return v
-
-
-def integer(name: str, value: object, lo: int, hi: int | None = None) -> int:
-    """An int in ``[lo, hi]``.
-
-    Raises TypeError or ValueError naming the bad value.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < lo or (hi is not None and value > hi):
-        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
-
-
-def as_bytes(item: object) -> bytes:
-    """A message body as ``bytes`` (copied from a bytearray or memoryview).
-
-    Raises TypeError for anything else.
-    """
-    if type(item) is bytes:
-        return item
-    if isinstance(item, _BYTES_TYPES):
-        return bytes(item)
-    raise TypeError(f"a message body must be bytes, bytearray or memoryview, "
-                    f"got {type(item).__name__}")
-
+__all__ = ["AckOptions", "AckStatistics", "as_bytes", "integer", "number"]
 
 @dataclass(frozen=True, slots=True)
 class AckOptions:

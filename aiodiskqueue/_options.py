@@ -9,13 +9,47 @@ from dataclasses import dataclass
 MiB = 1 << 20
 
 
-def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> int:
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def integer(name: str, value: object, lo: int, hi: int | None = None) -> int:
+    """An int in ``[lo, hi]``.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < lo or (hi is not None and value > hi):
         bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
         raise ValueError(f"{name} must be {bound}, got {value}")
     return value
+
+
+def number(name: str, value: object, *, positive: bool) -> float:
+    """A finite number, > 0 (``positive``) or >= 0.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v) or (v <= 0 if positive else v < 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
+    return v
+
+
+def as_bytes(item: object) -> bytes:
+    """A message as ``bytes``, copied from a bytearray or memoryview (the caller may
+    change those before the batch is written).
+
+    Raises TypeError for anything else.
+    """
+    if type(item) is bytes:
+        return item
+    if isinstance(item, _BYTES_TYPES):
+        return bytes(item)
+    raise TypeError(f"a message must be bytes, bytearray or memoryview, got {type(item).__name__}")
 
 
 def check_name(name: object) -> str:
@@ -45,23 +79,19 @@ class Options:
     strict: bool = False
 
     def __post_init__(self) -> None:
-        _check_int("max_bytes_per_file", self.max_bytes_per_file, 1)
-        _check_int("min_msg_size", self.min_msg_size, 0, 2**31 - 1)
-        _check_int("max_msg_size", self.max_msg_size, 0, 2**31 - 1)
+        integer("max_bytes_per_file", self.max_bytes_per_file, 1)
+        integer("min_msg_size", self.min_msg_size, 0, 2**31 - 1)
+        integer("max_msg_size", self.max_msg_size, 0, 2**31 - 1)
         if self.min_msg_size > self.max_msg_size:
             raise ValueError(
                 f"min_msg_size must be <= max_msg_size, got {self.min_msg_size} > "
                 f"{self.max_msg_size}"
             )
-        _check_int("sync_every", self.sync_every, 1)
-        si = self.sync_interval
-        if isinstance(si, bool) or not isinstance(si, (int, float)):
-            raise TypeError(f"sync_interval must be a number, got {type(si).__name__}")
-        if not (si > 0 and math.isfinite(si)):
-            raise ValueError(f"sync_interval must be a finite number > 0, got {si}")
-        _check_int("maxsize", self.maxsize, 0)
-        _check_int("read_buffer_bytes", self.read_buffer_bytes, 4096)
-        _check_int("write_buffer_bytes", self.write_buffer_bytes, 4096)
+        integer("sync_every", self.sync_every, 1)
+        number("sync_interval", self.sync_interval, positive=True)
+        integer("maxsize", self.maxsize, 0)
+        integer("read_buffer_bytes", self.read_buffer_bytes, 4096)
+        integer("write_buffer_bytes", self.write_buffer_bytes, 4096)
         if not isinstance(self.strict, bool):
             raise TypeError(f"strict must be a bool, got {type(self.strict).__name__}")
 

@@ -52,7 +52,7 @@ import logging
 import os
 import warnings
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Literal, final
 
@@ -967,43 +967,37 @@ class AckQueue:
         finish, requeue or deferred put durable.
         """
         waiters, self._log_waiters = self._log_waiters, []
-        held, self._held = self._held, []
-        try:
-            await self._hop(True)
-        except DiskQueueError as exc:
-            self._held[:0] = held
-            for w in waiters:
-                if not w.done():
-                    w.set_exception(exc)
-        else:
-            self._release_held(held)
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
-
-    def _release_held(self, held: list[tuple[Entry, int]]) -> None:
-        """Make due the requeued entries whose last delivery the log now holds durably."""
-        for e, ver in held:
-            if e.ver == ver:  # not purged or otherwise moved on meanwhile
-                self._make_due(e)
+        await self._durable_step(self._hop(True), waiters)
 
     async def _commit(self) -> None:
         waiters = self._sync_waiters + self._log_waiters
         self._sync_waiters, self._log_waiters = [], []
+        await self._durable_step(self._commit_now(), waiters, "commit")
+
+    async def _durable_step(self, step: Coroutine[Any, Any, None],
+                            waiters: list[asyncio.Future[None]], what: str = "") -> None:
+        """Run a log sync or commit, then settle its waiters and the held requeues.
+
+        On success, requeued entries held for it become due; on failure they stay
+        held for the next step and every waiter gets the error.
+        """
         held, self._held = self._held, []
         try:
-            await self._commit_now()
+            await step
         except (DiskQueueError, OSError) as exc:
-            log.error("%s: commit failed: %s", self._name, exc)
+            if what:
+                log.error("%s: %s failed: %s", self._name, what, exc)
             self._held[:0] = held
             for w in waiters:
                 if not w.done():
                     w.set_exception(exc)
-        else:
-            self._release_held(held)
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+            return
+        for e, ver in held:
+            if e.ver == ver:  # not purged or otherwise moved on meanwhile
+                self._make_due(e)
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     async def _commit_now(self, resume: bool = True) -> None:
         """Stop taking, write and fsync the log with a head record, then sync the data queue.

@@ -11,20 +11,10 @@ from typing import Any, final
 
 from ._engine import Engine, State
 from ._layout import Layout
-from ._options import Options, Statistics, check_name
+from ._options import Options, Statistics, as_bytes, check_name
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
 
-_BYTES_TYPES = (bytes, bytearray, memoryview)
 _OPEN = State.OPEN
-
-
-def _as_bytes(item: object) -> bytes:
-    if type(item) is bytes:
-        return item
-    if isinstance(item, _BYTES_TYPES):
-        # Copy now: the caller may change a bytearray before the batch is written.
-        return bytes(item)
-    raise TypeError(f"a message must be bytes, bytearray or memoryview, got {type(item).__name__}")
 
 
 @final
@@ -159,7 +149,7 @@ class DiskQueue:
         item, QueueClosed after ``shutdown()`` or ``aclose()``.
         """
         e = self._e
-        data = _as_bytes(item)
+        data = as_bytes(item)
         n = len(data)
         if n < e.min_size or n > e.max_size:
             raise MessageSizeError(n, e.min_size, e.max_size)
@@ -194,7 +184,7 @@ class DiskQueue:
         nothing of its batch is stored.
         """
         e = self._e
-        data = item if type(item) is bytes else _as_bytes(item)
+        data = item if type(item) is bytes else as_bytes(item)
         n = len(data)
         if n < e.min_size or n > e.max_size:
             raise MessageSizeError(n, e.min_size, e.max_size)
@@ -227,7 +217,7 @@ class DiskQueue:
         e = self._e
         datas: list[bytes] = list(items)  # type: ignore[arg-type]  # checked next
         if not all(type(d) is bytes for d in datas):
-            datas = [_as_bytes(d) for d in datas]
+            datas = [as_bytes(d) for d in datas]
         if not datas:
             if e.state is not State.OPEN:
                 raise e.closed_error()

@@ -587,7 +587,7 @@ async def test_bad_delay(make_ack: MakeAck, delay: float, text: str) -> None:
 @pytest.mark.parametrize("body", ["text", 7, None], ids=["str", "int", "None"])
 async def test_non_bytes_body(make_ack: MakeAck, body: Any) -> None:
     q = await make_ack()
-    with pytest.raises(TypeError, match="a message body must be bytes, bytearray or memoryview"):
+    with pytest.raises(TypeError, match="a message must be bytes, bytearray or memoryview"):
         await q.put(body)
     with pytest.raises(TypeError):
         await q.put(body, delay=1.0)

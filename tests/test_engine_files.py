@@ -31,18 +31,24 @@ async def test_read_segment_is_deleted_only_after_the_meta_moved_past_it(
     assert q.statistics().bytes_on_disk == 200
 
 
-async def test_a_reader_that_caught_up_gets_new_records_without_reading_them_back(
-    make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    reads: list[tuple[int, int]] = []
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Where every read-ahead from disk started, in order."""
+    starts: list[tuple[int, int]] = []
     original = store_mod.SegmentStore.read
 
     def counting_read(self: store_mod.SegmentStore, at: tuple[int, int], budget: int,
                       res: store_mod.JobResult) -> None:
-        reads.append(at)
+        starts.append(at)
         original(self, at, budget, res)
 
     monkeypatch.setattr(store_mod.SegmentStore, "read", counting_read)
+    return starts
+
+
+async def test_a_reader_that_caught_up_gets_new_records_without_reading_them_back(
+    make_queue: MakeQueue, reads: list[tuple[int, int]]
+) -> None:
     q = await make_queue()
     for i in range(200):
         await q.put(b"%03d" % i)
@@ -51,17 +57,8 @@ async def test_a_reader_that_caught_up_gets_new_records_without_reading_them_bac
 
 
 async def test_a_reader_that_fell_behind_reads_from_disk(
-    make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+    make_queue: MakeQueue, reads: list[tuple[int, int]]
 ) -> None:
-    reads: list[tuple[int, int]] = []
-    original = store_mod.SegmentStore.read
-
-    def counting_read(self: store_mod.SegmentStore, at: tuple[int, int], budget: int,
-                      res: store_mod.JobResult) -> None:
-        reads.append(at)
-        original(self, at, budget, res)
-
-    monkeypatch.setattr(store_mod.SegmentStore, "read", counting_read)
     q = await make_queue(read_buffer_bytes=4096)
     await q.put_many([b"x" * 100 for _ in range(200)])  # 20 KB: more than the buffer
     got = [await q.get() for _ in range(200)]
