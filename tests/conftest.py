@@ -28,10 +28,7 @@ def locate_fixtures() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     """Directory of queues written by go-diskqueue (fails, never skips, when missing)."""
-    path = locate_fixtures()
-    if not (path / "README.md").is_file():
-        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {FIXTURES_ENV}")
-    return path
+    return require_fixtures()
 
 
 def copy_fixture_files(src: Path, name: str, dest: Path) -> list[Path]:
@@ -44,6 +41,26 @@ def copy_fixture_files(src: Path, name: str, dest: Path) -> list[Path]:
     if not copied:
         raise FileNotFoundError(f"no files of queue {name!r} in {src}")
     return copied
+
+
+def copy_queue(src: Path, name: str, dest: Path) -> Path:
+    """Copy queue ``name``'s files from ``src`` into ``dest``; return ``dest``."""
+    copy_fixture_files(src, name, dest)
+    return dest
+
+
+def require_fixtures() -> Path:
+    """The fixture directory, failing the test (never skipping) when it is missing."""
+    path = locate_fixtures()
+    if not (path / "README.md").is_file():
+        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {FIXTURES_ENV}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gofx() -> Path:
+    """Same as ``fixtures_dir`` (the name the command line tests use)."""
+    return require_fixtures()
 
 
 @pytest.fixture

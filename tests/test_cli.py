@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess
@@ -22,39 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO_ROOT as REPO
+from conftest import copy_queue
 
 from aiodiskqueue import DiskQueue, Statistics
 
-REPO = Path(__file__).resolve().parent.parent
-GO_FIXTURES_ENV = "AIODISKQUEUE_FIXTURES"
-
-
 # ---------------------------------------------------------------------- helpers
-
-
-def go_fixture_dir() -> Path:
-    env = os.environ.get(GO_FIXTURES_ENV)
-    return Path(env) if env else REPO.parent / "shared" / "fixtures" / "go-diskqueue"
-
-
-@pytest.fixture(scope="module")
-def gofx() -> Path:
-    path = go_fixture_dir()
-    if not (path / "README.md").is_file():
-        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {GO_FIXTURES_ENV}")
-    return path
-
-
-def copy_queue(src: Path, name: str, dest: Path) -> Path:
-    """Copy queue ``name``'s files to ``dest`` (writable copies)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    n = 0
-    for entry in src.iterdir():
-        if entry.name.startswith(f"{name}.diskqueue."):
-            shutil.copyfile(entry, dest / entry.name)
-            n += 1
-    assert n, f"no files of {name} in {src}"
-    return dest
 
 
 def cli(*args: object, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -16,24 +16,13 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import pytest
+from conftest import require_fixtures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiodiskqueue import DiskQueue, Statistics
 from aiodiskqueue._inspect import analyze, repair
 from aiodiskqueue._layout import Layout
-
-REPO = Path(__file__).resolve().parent.parent
-GO_FIXTURES_ENV = "AIODISKQUEUE_FIXTURES"
-
-
-def go_fixture_dir() -> Path:
-    env = os.environ.get(GO_FIXTURES_ENV)
-    path = Path(env) if env else REPO.parent / "shared" / "fixtures" / "go-diskqueue"
-    if not (path / "README.md").is_file():
-        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {GO_FIXTURES_ENV}")
-    return path
 
 
 async def _take_all(d: Path, name: str) -> tuple[list[bytes], Statistics]:
@@ -95,7 +84,7 @@ def _apply(d: Path, name: str, damage: Damage) -> None:
 @given(name=st.sampled_from(["fixture", "partial", "multi", "oversize"]),
        damages=st.lists(damage_st, min_size=1, max_size=3))
 def test_repair_keeps_what_the_queue_would_deliver(name: str, damages: list[Damage]) -> None:
-    src = go_fixture_dir()
+    src = require_fixtures()
     max_size = 1000 if name == "oversize" else 1 << 20
     with tempfile.TemporaryDirectory() as tmp:
         as_is, repaired = Path(tmp) / "as_is", Path(tmp) / "repaired"

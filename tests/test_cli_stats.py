@@ -6,7 +6,6 @@ import fcntl
 import json
 import os
 import pty
-import shutil
 import struct
 import subprocess
 import sys
@@ -16,30 +15,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT as REPO
+from conftest import copy_queue
 
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._inspect import Watcher
 from aiodiskqueue._layout import Layout
-
-REPO = Path(__file__).resolve().parent.parent
-GO_FIXTURES_ENV = "AIODISKQUEUE_FIXTURES"
-
-
-@pytest.fixture(scope="module")
-def gofx() -> Path:
-    env = os.environ.get(GO_FIXTURES_ENV)
-    path = Path(env) if env else REPO.parent / "shared" / "fixtures" / "go-diskqueue"
-    if not (path / "README.md").is_file():
-        pytest.fail(f"go-diskqueue fixtures not found at {path}; set {GO_FIXTURES_ENV}")
-    return path
-
-
-def copy_queue(src: Path, name: str, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in src.iterdir():
-        if entry.name.startswith(f"{name}.diskqueue."):
-            shutil.copyfile(entry, dest / entry.name)
-    return dest
 
 
 def _env(**extra: str) -> dict[str, str]:
