@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ from conftest import MakeQueue
 from helpers_format import read_meta, seg_name, segment_numbers
 
 import aiodiskqueue._store as store_mod
+from aiodiskqueue import DiskQueueError
 
 
 async def test_read_segment_is_deleted_only_after_the_meta_moved_past_it(
@@ -65,3 +68,30 @@ async def test_a_reader_that_fell_behind_reads_from_disk(
     assert got == [b"x" * 100] * 200
     assert reads  # the rest came from disk, in read-ahead chunks
     assert len(reads) < 200
+
+
+async def test_a_failed_put_nowait_batch_is_raised_by_the_next_sync(
+    make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.pwrite
+    failing = {"on": False}
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if failing["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr("aiodiskqueue._store.os.pwrite", pwrite)
+    q = await make_queue()
+    q.put_nowait(b"kept")
+    await q.sync()
+    failing["on"] = True
+    q.put_nowait(b"lost")  # accepted now; its write fails in the next hop
+    assert q.qsize() == 2
+    with pytest.raises(DiskQueueError) as info:
+        await q.sync()
+    assert isinstance(info.value.__cause__, OSError)
+    assert q.qsize() == 1  # the failed message is no longer counted
+    failing["on"] = False
+    await q.sync()  # reported once
+    assert await q.get() == b"kept"
