@@ -513,7 +513,3 @@ class Engine:
         """Wake every put() blocked on maxsize so it can see a state change."""
         while self.putters:
             _wake(self.putters.popleft())
-
-    def meta_snapshot(self) -> Meta:
-        """The positions as of now (the written side, not pending puts)."""
-        return Meta(self.depth, self.read_file, self.read_pos, *self.write_at)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ._layout import Layout, fsync_dir
+from ._layout import Layout, free_bad_name, fsync_dir
 from ._lock import QueueLock, lock_holder
 from ._meta import Meta, load_meta, store_meta
 from ._scan import BAD_LENGTH, TORN, Span, iter_spans
@@ -540,15 +540,6 @@ def _meta_text(m: Meta) -> str:
             f"write {m.write_file_num},{m.write_pos}")
 
 
-def _free_bad_name(path: str) -> str:
-    dst = path + ".bad"
-    i = 1
-    while os.path.exists(dst):
-        dst = f"{path}.bad.{i}"
-        i += 1
-    return dst
-
-
 def _fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -570,7 +561,7 @@ def execute(plan: Plan) -> list[str]:
     for a in plan.actions:
         path = os.path.join(lay.directory, a.file)
         if a.kind == "move meta":
-            dst = _free_bad_name(path)
+            dst = free_bad_name(path)
             os.rename(path, dst)
             done.append(f"moved {a.file} to {os.path.basename(dst)}")
         elif a.kind == "truncate":
@@ -578,7 +569,7 @@ def execute(plan: Plan) -> list[str]:
             _fsync_path(path)
             done.append(f"truncated {a.file} at {a.offset}")
         elif a.kind == "quarantine":
-            dst = _free_bad_name(path)
+            dst = free_bad_name(path)
             tmp = dst + ".tmp"
             shutil.copyfile(path, tmp)
             _fsync_path(tmp)

@@ -16,6 +16,16 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def free_bad_name(path: str) -> str:
+    """``path + ".bad"``, or ``.bad.1``, ``.bad.2``, ... if taken: never overwrites a ``.bad`` file."""
+    dst = path + ".bad"
+    i = 1
+    while os.path.exists(dst):
+        dst = f"{path}.bad.{i}"
+        i += 1
+    return dst
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where the files of queue ``name`` live inside ``directory``."""
@@ -74,13 +84,7 @@ class Layout:
 
     def free_bad_path(self, num: int) -> str:
         """A ``.bad`` name for segment ``num`` not taken yet (``.bad``, ``.bad.1``, ...)."""
-        src = self.segment_path(num)
-        dst = src + ".bad"
-        i = 1
-        while os.path.exists(dst):
-            dst = f"{src}.bad.{i}"
-            i += 1
-        return dst
+        return free_bad_name(self.segment_path(num))
 
     def quarantine(self, num: int) -> str:
         """Rename segment ``num`` to ``.bad`` (never overwriting an older one); return the new path."""

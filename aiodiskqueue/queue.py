@@ -159,17 +159,20 @@ class DiskQueue:
             raise QueueFull(f"queue is at maxsize={e.maxsize}")
         if e.pending_bytes >= e.opts.write_buffer_bytes:
             raise QueueFull(f"write buffer is full ({e.pending_bytes} bytes pending)")
-        self._append(e, data, n)
+        self._accept(e, [data], n + 4)
 
-    def _append(self, e: Engine, data: bytes, n: int) -> None:
+    @staticmethod
+    def _accept(e: Engine, datas: list[bytes], nbytes: int) -> None:
+        """Add messages (``nbytes`` as records) to the pending batch; wake the ioLoop
+        if the batch was empty (a busy ioLoop looks at it after its hop anyway)."""
         if not e.pending:
             pr = e.put_req
             if pr is not None and not pr.done():
                 pr.set_result(None)
-        e.pending.append(data)
-        e.pending_bytes += n + 4
-        e.unwritten += 1
-        e.puts += 1
+        e.pending.extend(datas)
+        e.pending_bytes += nbytes
+        e.unwritten += len(datas)
+        e.puts += len(datas)
 
     async def put(self, item: bytes | bytearray | memoryview) -> None:
         """Put ``item`` at the end of the queue.
@@ -192,16 +195,7 @@ class DiskQueue:
             await self._wait_not_full(e)
         if e.state is not _OPEN:
             raise e.closed_error()
-        # Inlined _append(): this is the hottest path of the library.
-        pending = e.pending
-        if not pending:
-            pr = e.put_req
-            if pr is not None and not pr.done():
-                pr.set_result(None)
-        pending.append(data)
-        e.pending_bytes += n + 4
-        e.unwritten += 1
-        e.puts += 1
+        self._accept(e, [data], n + 4)
         fut = e.loop.create_future()  # type: ignore[union-attr]
         e.put_waiters.append(fut)
         await fut
@@ -229,16 +223,9 @@ class DiskQueue:
             raise MessageSizeError(bad, lo, hi)
         if e.state is not State.OPEN:
             raise e.closed_error()
+        self._accept(e, datas, sum(lens) + 4 * len(lens))
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        if not e.pending:
-            pr = e.put_req
-            if pr is not None and not pr.done():
-                pr.set_result(None)
-        e.pending.extend(datas)
         e.put_waiters.append(fut)
-        e.pending_bytes += sum(lens) + 4 * len(lens)
-        e.unwritten += len(datas)
-        e.puts += len(datas)
         await fut
 
     async def _wait_not_full(self, e: Engine) -> None:
