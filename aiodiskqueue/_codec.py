@@ -7,6 +7,7 @@ bytes, exactly as go-diskqueue writes it. Files have no header and no padding.
 from __future__ import annotations
 
 import struct
+from itertools import accumulate, chain, repeat
 from typing import Final
 
 HEADER: Final = struct.Struct(">i")
@@ -16,14 +17,25 @@ _pack = HEADER.pack
 _unpack_from = HEADER.unpack_from
 
 
-def frame(payloads: list[bytes]) -> bytes:
-    """Return the records for ``payloads`` concatenated into one buffer."""
-    parts: list[bytes] = []
-    append = parts.append
-    for p in payloads:
-        append(_pack(len(p)))
-        append(p)
-    return b"".join(parts)
+def frame(payloads: list[bytes], lens: list[int] | None = None) -> bytes:
+    """Return the records for ``payloads`` concatenated into one buffer.
+
+    ``lens`` are the payload lengths, when the caller has them already.
+    """
+    if lens is None:
+        lens = list(map(len, payloads))
+    return b"".join(chain.from_iterable(zip(map(_pack, lens), payloads)))
+
+
+def index(payloads: list[bytes], lens: list[int], file_num: int,
+          pos: int) -> list[tuple[bytes, int, int]]:
+    """``(payload, file_num, end_offset)`` for records written back to back from ``pos``."""
+    ends = accumulate(map(_plus4, lens), initial=pos)
+    next(ends)
+    return list(zip(payloads, repeat(file_num), ends))
+
+
+_plus4 = (HEADER_SIZE).__add__
 
 
 class ParseResult:

@@ -17,10 +17,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from . import _lane
+from ._codec import HEADER_SIZE, frame, index
 from ._iothread import Hop, IOThread
 from ._layout import Layout
 from ._lock import QueueLock
@@ -72,10 +75,21 @@ class _Flight:
     """A hop in flight, with the futures its result resolves."""
 
     job: Job
-    fut: Hop[JobResult]
+    fut: Hop[Any]  # JobResult from the I/O thread, LaneResult from the write lane
     epoch: int
     waiters: list[asyncio.Future[None]]
     sync_waiters: list[asyncio.Future[None]]
+    lane: _LaneWrite | None = None
+
+
+@dataclass(slots=True)
+class _LaneWrite:
+    """What a write-lane flight appended, for turning its outcome into a JobResult."""
+
+    file_num: int
+    pos: int
+    total: int  # bytes, headers included
+    lens: list[int]
 
 
 class Engine:
@@ -145,6 +159,10 @@ class Engine:
         self.corruption: CorruptionError | None = None  # strict mode: reading stopped here
         self.lock = QueueLock(layout.lock_path)
         self.io: IOThread | None = None
+        self.lane: _lane.WriteLane | None = None
+        self._lane_end = 0  # write offset after the last batch sent to the lane
+        self._lane_error: OSError | None = None  # a lane write failed: reset the writer
+        self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
         self.task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -183,6 +201,11 @@ class Engine:
         self.purge_req = loop.create_future()
         self.exit_req = loop.create_future()
         self._sync_due_at = loop.time() + self.opts.sync_interval
+        if _lane.available():
+            try:
+                self.lane = _lane.WriteLane(loop, self.opts.spin_us)
+            except OSError as exc:  # e.g. out of eventfds: the I/O thread writes instead
+                log.warning("%s: native write lane unavailable: %s", self.layout.meta_path, exc)
         self.state = State.OPEN
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
 
@@ -215,26 +238,30 @@ class Engine:
                     await self._purge()
                     continue
                 if len(flights) < _MAX_FLIGHTS and not self.purge_waiters:
-                    job = self._build_job(pipelined=bool(flights))
-                    if job is not None:
-                        flights.append(self._dispatch(job))
+                    flight = self._next_flight()
+                    if flight is not None:
+                        flights.append(flight)
                         continue
                 if flights:
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
-                    res = await flights[0].fut
-                    self._apply(flights.popleft(), res)
+                    await flights[0].fut
+                    self._complete(flights.popleft())
                     busy = True
                     continue
                 if self.state is State.CLOSING:
                     break
-                if busy:
-                    # The producers the last hop woke have not run yet: let them append
-                    # their next puts, which is far cheaper than going idle.
-                    busy = False
-                    await asyncio.sleep(0)
-                    continue
-                await self._idle()
+                self._parked = True
+                try:
+                    if busy:
+                        # The producers the last hop woke have not run yet: let them
+                        # append their next puts, which is far cheaper than going idle.
+                        busy = False
+                        await asyncio.sleep(0)
+                        continue
+                    await self._idle()
+                finally:
+                    self._parked = False
         except asyncio.CancelledError:
             pass  # treated as a close: _finish() flushes and syncs
         except BaseException as exc:
@@ -243,6 +270,60 @@ class Engine:
         finally:
             await self._finish()
 
+    def _next_flight(self) -> _Flight | None:
+        """Build and send the next hop, if there is work and it may go now.
+
+        Hops on the write lane and on the I/O thread never overlap: the lane only
+        appends inside the current segment, everything else (rolling files, meta,
+        reads) runs on the I/O thread once the lane is idle.
+        """
+        flights = self._flights
+        if flights and flights[-1].lane is not None:
+            if not self._lane_fits(self._lane_end, self.sync_every == 1):
+                return None
+            job = self._build_job(pipelined=True)
+            return None if job is None else self._dispatch_lane(job, self._lane_end)
+        job = self._build_job(pipelined=bool(flights))
+        if job is None:
+            return None
+        if (not flights and job.payloads and job.read_from is None and job.meta_read is None
+                and not job.reset_writer
+                and self._lane_fits(self.write_at[1], job.sync, job.payloads)):
+            return self._dispatch_lane(job, self.write_at[1])
+        return self._dispatch(job)
+
+    def kick(self) -> None:
+        """Called when a put lands in an empty pending batch: send it to the write lane
+        at once if the lane has room (a second lane write in flight, or the ioLoop
+        parked between hops), so the writer works while the loop runs the producers."""
+        flights = self._flights
+        if len(flights) >= _MAX_FLIGHTS:
+            return
+        if flights:
+            if flights[-1].lane is None:
+                return
+        elif not self._parked:
+            return
+        if self.state not in (State.OPEN, State.SHUTDOWN) or self.purge_waiters:
+            return
+        flight = self._next_flight()
+        if flight is not None:
+            flights.append(flight)
+
+    def _lane_fits(self, pos: int, sync: bool, payloads: list[bytes] | None = None) -> bool:
+        """Can the next batch (``payloads``, else the pending one) go to the write lane
+        as an append at ``pos`` (followed by an fdatasync if ``sync``)?"""
+        if self.lane is None or self._lane_error is not None or self.state is State.CLOSING:
+            return False
+        st = self.store
+        if st.writer_fd is None or (sync and st.dir_dirty):
+            return False
+        if payloads is None:
+            n, size = len(self.pending), self.pending_bytes
+        else:
+            n, size = len(payloads), sum(map(len, payloads))
+        return n > 0 and pos + size + HEADER_SIZE * n <= self.opts.max_bytes_per_file
+
     def _dispatch(self, job: Job) -> _Flight:
         assert self.io is not None
         flight = _Flight(job, self.io.run(self.store.run, job), self.epoch,
@@ -250,6 +331,60 @@ class Engine:
         self._batch_waiters = []
         self._sync_batch = []
         return flight
+
+    def _dispatch_lane(self, job: Job, pos: int) -> _Flight:
+        assert self.lane is not None and job.payloads is not None
+        fd = self.store.writer_fd
+        assert fd is not None
+        payloads = job.payloads
+        lens = list(map(len, payloads))
+        data = frame(payloads, lens)
+        fut = self.lane.submit(fd, data, pos, job.sync)
+        self._lane_end = pos + len(data)
+        flight = _Flight(job, fut, self.epoch, self._batch_waiters, self._sync_batch,
+                         _LaneWrite(self.write_at[0], pos, len(data), lens))
+        self._batch_waiters = []
+        self._sync_batch = []
+        return flight
+
+    def _complete(self, flight: _Flight) -> None:
+        """Apply a finished flight's result (raises what the I/O thread raised)."""
+        if flight.lane is None:
+            self._apply(flight, flight.fut.result())
+        else:
+            self._apply(flight, self._lane_result(flight))
+
+    def _lane_result(self, flight: _Flight) -> JobResult:
+        """Turn a lane flight's (written, write errno, sync errno) into a JobResult.
+
+        A failed write fails every lane batch queued behind it too: their offsets
+        assumed it succeeded. The next hop on the I/O thread cuts the segment back.
+        """
+        lw, job = flight.lane, flight.job
+        assert lw is not None and job.payloads is not None
+        _written, werr, serr = flight.fut.result()
+        st = self.store
+        res = JobResult()
+        if werr or self._lane_error is not None:
+            if werr:
+                self._lane_error = OSError(werr, os.strerror(werr))
+            res.write_error = self._lane_error
+        else:
+            synced = job.sync and not serr
+            st.appended(lw.total, synced)
+            res.written = len(job.payloads)
+            if job.sync:
+                res.synced = synced
+                if serr:
+                    res.sync_error = OSError(serr, os.strerror(serr))
+            if (self.read_at == (lw.file_num, lw.pos) and self.corruption is None
+                    and self.ready_bytes + lw.total <= self.opts.read_buffer_bytes):
+                # The reader has caught up to this batch: hand it over, no read needed.
+                res.handoff = index(job.payloads, lw.lens, lw.file_num, lw.pos)
+                res.handoff_bytes = lw.total - HEADER_SIZE * len(lw.lens)
+        res.write_at = (st.write_file, st.write_pos)
+        res.bytes_on_disk = st.bytes_on_disk
+        return res
 
     async def _finish(self) -> None:
         """Apply the hops in flight, write what is pending, sync, close. Never raises."""
@@ -260,7 +395,7 @@ class Engine:
                 flight = self._flights[0]
                 if not flight.fut.done():
                     await asyncio.wait([flight.fut])
-                self._apply(self._flights.popleft(), flight.fut.result())
+                self._complete(self._flights.popleft())
             if self.state is not State.BROKEN:
                 self.state = State.CLOSING
                 for _ in range(3):  # pending writes, then the final sync; no endless retry
@@ -270,6 +405,9 @@ class Engine:
                     self._apply(flight, await flight.fut)
         except BaseException:
             log.exception("%s: final flush failed", self.layout.meta_path)
+        if self.lane is not None:
+            self.lane.close()
+            self.lane = None
         try:
             await io.run(self.store.close)
         except BaseException:
@@ -298,6 +436,9 @@ class Engine:
         loop = self.loop
         assert loop is not None
         job = Job()
+        if self._lane_error is not None and not pipelined:
+            job.reset_writer = True
+            self._lane_error = None
         if pipelined:
             if not self.pending:
                 return None
@@ -336,7 +477,7 @@ class Engine:
                 and not closing and self.corruption is None):
             job.read_from = self.read_at
             job.read_budget = self.opts.read_buffer_bytes - self.ready_bytes
-        if job.payloads is None and not job.sync and job.read_from is None:
+        if job.payloads is None and not job.sync and job.read_from is None and not job.reset_writer:
             return None
         return job
 
@@ -393,7 +534,8 @@ class Engine:
             for _ in range(min(len(self.putters), max(0, self.maxsize - self.qsize()))
                            if self.maxsize else 0):
                 _wake(self.putters.popleft())
-        if job.sync:
+        # A lane write that failed never reached its fdatasync (and carries no sync waiters).
+        if job.sync and (flight.lane is None or res.write_error is None):
             if res.synced:
                 self.syncs += 1
                 if res.meta is not None:

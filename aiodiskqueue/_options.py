@@ -77,6 +77,7 @@ class Options:
     read_buffer_bytes: int = 4 * MiB
     write_buffer_bytes: int = 16 * MiB
     strict: bool = False
+    spin_us: int = 100
 
     def __post_init__(self) -> None:
         integer("max_bytes_per_file", self.max_bytes_per_file, 1)
@@ -92,6 +93,7 @@ class Options:
         integer("maxsize", self.maxsize, 0)
         integer("read_buffer_bytes", self.read_buffer_bytes, 4096)
         integer("write_buffer_bytes", self.write_buffer_bytes, 4096)
+        integer("spin_us", self.spin_us, 0, 1_000_000)
         if not isinstance(self.strict, bool):
             raise TypeError(f"strict must be a bool, got {type(self.strict).__name__}")
 

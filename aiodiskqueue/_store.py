@@ -12,9 +12,7 @@ import errno
 import logging
 import os
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, repeat
-
-from ._codec import HEADER
+from ._codec import HEADER, frame, index
 from ._layout import Layout, fsync_dir
 from ._meta import Meta, load_meta, store_meta
 from ._scan import BAD_LENGTH, Record, read_span, scan_segment
@@ -23,7 +21,6 @@ from .errors import CorruptionError
 log = logging.getLogger("aiodiskqueue")
 
 _pack = HEADER.pack
-_plus4 = (4).__add__
 _FLUSH_BYTES = 1 << 20  # frame at most this much before each write syscall
 
 
@@ -41,6 +38,7 @@ class Job:
     meta_depth: int = 0  # depth before this job's write
     read_from: tuple[int, int] | None = None
     read_budget: int = 0
+    reset_writer: bool = False  # first reopen the write segment, cut back to write_pos
 
 
 @dataclass(slots=True)
@@ -318,6 +316,8 @@ class SegmentStore:
     def run(self, job: Job) -> JobResult:
         """Do one hop's work: write, sync (and meta), read ahead."""
         res = JobResult()
+        if job.reset_writer:
+            self.reopen_writer()
         if job.payloads:
             try:
                 before = self.bytes_on_disk
@@ -359,7 +359,7 @@ class SegmentStore:
         if start[1] + total <= self.max_bytes:
             # No record can roll the file: frame and index at C speed.
             fnum, pos = start
-            data = b"".join(chain.from_iterable(zip(map(_pack, lens), payloads)))
+            data = frame(payloads, lens)
             try:
                 self._pwrite(data, pos)
             except OSError:
@@ -370,9 +370,7 @@ class SegmentStore:
             self._data_dirty = True
             if not handoff:
                 return None
-            ends = accumulate(map(_plus4, lens), initial=pos)
-            next(ends)
-            return list(zip(payloads, repeat(fnum), ends))
+            return index(payloads, lens, fnum, pos)
         out: list[Record] | None = [] if handoff else None
         maxb = self.max_bytes
         fnum, pos = start
@@ -409,6 +407,35 @@ class SegmentStore:
         self.write_pos = pos
         self._data_dirty = True
         return out
+
+    # ------------------------------------------------------------------ the write lane
+
+    @property
+    def writer_fd(self) -> int | None:
+        """The open write segment's descriptor, or None until the next write opens it."""
+        return self._wfd
+
+    @property
+    def dir_dirty(self) -> bool:
+        """True while a segment created since the last sync may not be in the directory."""
+        return self._dir_dirty
+
+    def appended(self, total: int, synced: bool) -> None:
+        """Account for ``total`` bytes the write lane appended at ``write_pos``.
+
+        Called on the event loop while no hop runs on the I/O thread.
+        """
+        self.write_pos += total
+        self.bytes_on_disk += total
+        self._data_dirty = not synced
+
+    def reopen_writer(self) -> None:
+        """Close and reopen the write segment, cutting off any bytes past write_pos
+        (a failed lane write, or one queued behind it)."""
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+        self._writer()
 
     def _pwrite(self, data: bytes, offset: int) -> None:
         fd = self._writer()

@@ -52,6 +52,7 @@ class DiskQueue:
         read_buffer_bytes: int = 4 * 2**20,
         write_buffer_bytes: int = 16 * 2**20,
         strict: bool = False,
+        spin_us: int = 100,
     ) -> None:
         opts = Options(
             max_bytes_per_file=max_bytes_per_file,
@@ -63,6 +64,7 @@ class DiskQueue:
             read_buffer_bytes=read_buffer_bytes,
             write_buffer_bytes=write_buffer_bytes,
             strict=strict,
+            spin_us=spin_us,
         )
         self._layout = Layout(os.fspath(directory), check_name(name))
         self._e = Engine(self._layout, opts)
@@ -162,17 +164,24 @@ class DiskQueue:
         self._accept(e, [data], n + 4)
 
     @staticmethod
-    def _accept(e: Engine, datas: list[bytes], nbytes: int) -> None:
-        """Add messages (``nbytes`` as records) to the pending batch; wake the ioLoop
-        if the batch was empty (a busy ioLoop looks at it after its hop anyway)."""
-        if not e.pending:
-            pr = e.put_req
-            if pr is not None and not pr.done():
-                pr.set_result(None)
+    def _accept(e: Engine, datas: list[bytes], nbytes: int,
+                waiter: asyncio.Future[None] | None = None) -> None:
+        """Add messages (``nbytes`` as records) and their waiter, if any, to the pending
+        batch. If the batch was empty, wake the ioLoop, or let the engine send it to
+        the write lane at once (a busy ioLoop looks at it after its hop anyway)."""
+        was_empty = not e.pending
         e.pending.extend(datas)
         e.pending_bytes += nbytes
         e.unwritten += len(datas)
         e.puts += len(datas)
+        if waiter is not None:
+            e.put_waiters.append(waiter)
+        if was_empty:
+            if e.lane is not None:
+                e.kick()
+            pr = e.put_req
+            if pr is not None and not pr.done():
+                pr.set_result(None)
 
     async def put(self, item: bytes | bytearray | memoryview) -> None:
         """Put ``item`` at the end of the queue.
@@ -195,9 +204,8 @@ class DiskQueue:
             await self._wait_not_full(e)
         if e.state is not _OPEN:
             raise e.closed_error()
-        self._accept(e, [data], n + 4)
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.put_waiters.append(fut)
+        self._accept(e, [data], n + 4, fut)
         await fut
 
     async def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:
@@ -223,9 +231,8 @@ class DiskQueue:
             raise MessageSizeError(bad, lo, hi)
         if e.state is not State.OPEN:
             raise e.closed_error()
-        self._accept(e, datas, sum(lens) + 4 * len(lens))
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.put_waiters.append(fut)
+        self._accept(e, datas, sum(lens) + 4 * len(lens), fut)
         await fut
 
     async def _wait_not_full(self, e: Engine) -> None:

@@ -87,3 +87,10 @@ async def make_queue(tmp_path: Path) -> AsyncIterator[MakeQueue]:
     yield _make
     for q in reversed(opened):
         await q.aclose()
+
+
+@pytest.fixture
+def pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Write through the Python I/O thread only (for tests that patch ``os`` calls
+    in the store; the native write lane does not go through them)."""
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1")

@@ -132,6 +132,7 @@ class _DiskFull:
         return self.real(fd, data, offset)
 
 
+@pytest.mark.usefixtures("pure_python")
 async def test_disk_full_put_fails_then_recovers(make_queue: MakeQueue, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   caplog: pytest.LogCaptureFixture) -> None:
@@ -168,6 +169,7 @@ async def test_disk_full_put_fails_then_recovers(make_queue: MakeQueue, tmp_path
     assert st.depth == 0 and st.bad_files == 0
 
 
+@pytest.mark.usefixtures("pure_python")
 async def test_disk_full_state_survives_reopen(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     full = _DiskFull()

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from conftest import MakeQueue
+
+from aiodiskqueue import _lane
 from helpers_format import meta_name, records, seg_name
 
 
@@ -22,8 +24,21 @@ async def test_default_put_is_in_the_os_when_it_returns(make_queue: MakeQueue,
         assert records((tmp_path / seg_name("q", 0)).read_bytes()) == msgs[: i + 1]
 
 
+@pytest.fixture(params=["native", "pure"])
+def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the native write lane (where built) and with the I/O thread only."""
+    if request.param == "native":
+        monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+        if not _lane.available():
+            pytest.fail("the native write lane is not built")
+    else:
+        monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1")
+    return str(request.param)
+
+
 class _IOLog:
-    """Record the store's pwrite and fdatasync/fsync calls, in order."""
+    """Record the store's pwrite and fdatasync/fsync calls, and the write lane's batches
+    (a batch sent with ``sync`` counts as synced once the lane reports it done), in order."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, bytes]] = []
@@ -47,6 +62,19 @@ class _IOLog:
         mp.setattr("aiodiskqueue._store.os.pwrite", pwrite)
         mp.setattr("aiodiskqueue._store.os.fdatasync", fdatasync)
         mp.setattr("aiodiskqueue._store.os.fsync", fsync)
+        submit = _lane.WriteLane.submit
+
+        def lane_submit(lane: _lane.WriteLane, fd: int, data: bytes, offset: int,
+                        sync: bool) -> Any:
+            self.events.append(("write", bytes(data)))
+            fut = submit(lane, fd, data, offset, sync)
+            if sync:
+                # Registered before anyone awaits the future, so it runs first.
+                fut.add_done_callback(
+                    lambda f: self.events.append(("sync", b"")) if f.result()[2] == 0 else None)
+            return fut
+
+        mp.setattr(_lane.WriteLane, "submit", lane_submit)
 
     def synced(self, payload: bytes) -> bool:
         """Whether a write holding ``payload`` was followed by an fsync."""
@@ -57,7 +85,7 @@ class _IOLog:
 
 
 async def test_sync_every_1_put_returns_after_fsync_with_group_commit(
-        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch, write_path: str) -> None:
     io = _IOLog()
     io.install(monkeypatch)
     q = await make_queue(sync_every=1, max_bytes_per_file=4096)
@@ -80,7 +108,8 @@ async def test_sync_every_1_put_returns_after_fsync_with_group_commit(
 
 
 async def test_sync_every_n_fsyncs_by_count(make_queue: MakeQueue,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            write_path: str) -> None:
     io = _IOLog()
     io.install(monkeypatch)
     q = await make_queue(sync_every=10, sync_interval=3600.0)

@@ -70,6 +70,7 @@ async def test_a_reader_that_fell_behind_reads_from_disk(
     assert len(reads) < 200
 
 
+@pytest.mark.usefixtures("pure_python")
 async def test_a_failed_put_nowait_batch_is_raised_by_the_next_sync(
     make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,95 @@
+"""The write lane: appends framed batches on a native thread that never takes the GIL.
+
+A hop to the Python I/O thread costs two cross-CPU wake-ups on a machine whose
+idle vCPUs halt: one to start the thread, one for the GIL it needs to run. The
+native writer (``aiodiskqueue._writer``, built from ``_writer.c`` when a C
+compiler is present) only ``pwrite``\\ s (and, if asked, ``fdatasync``\\ s) a
+buffer at an offset, spins briefly for the next batch before it sleeps, and
+reports completions through an eventfd the event loop watches. The engine sends
+it appends that stay inside the current segment and keeps everything else on the
+I/O thread; the two never run at the same time.
+
+Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write through the I/O thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+
+from ._iothread import Hop
+
+try:
+    from ._writer import Writer
+except ImportError:  # pragma: no cover - built wherever a C compiler is present
+    Writer = None
+
+#: (bytes written, errno of the write or 0, errno of the fdatasync or 0)
+LaneResult = tuple[int, int, int]
+
+
+def available() -> bool:
+    """True if the native writer is built and not switched off by the environment."""
+    return Writer is not None and os.environ.get("AIODISKQUEUE_PURE_PYTHON", "") in ("", "0")
+
+
+class WriteLane:
+    """One native writer thread per queue, its results delivered as futures on the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, spin_us: int) -> None:
+        assert Writer is not None
+        self._loop = loop
+        self._w = Writer(spin_us)
+        self._futs: deque[Hop[LaneResult]] = deque()
+        self._fd = self._w.fileno()
+        self._spin = spin_us * 1e-6
+        self._polling = False
+        self._poll_until = 0.0
+        loop.add_reader(self._fd, self._on_ready)
+
+    def submit(self, fd: int, data: bytes, offset: int, sync: bool) -> Hop[LaneResult]:
+        """Write ``data`` at ``offset`` of ``fd`` (then fdatasync if ``sync``), in order
+        after the batches submitted before; the future cannot be cancelled."""
+        fut: Hop[LaneResult] = Hop(loop=self._loop)
+        self._w.submit(fd, data, offset, sync)
+        self._futs.append(fut)
+        if self._spin and not self._polling:
+            # Poll for the result between the loop's other callbacks for a short while,
+            # instead of sleeping in epoll and paying a wake-up for a write of a few us.
+            self._polling = True
+            self._poll_until = self._loop.time() + self._spin
+            self._loop.call_soon(self._poll)
+        return fut
+
+    def _poll(self) -> None:
+        if self._w.ready():
+            self._on_ready()
+        if self._futs and self._loop.time() < self._poll_until:
+            self._loop.call_soon(self._poll)
+        else:
+            self._polling = False  # a long write (an fsync): the eventfd wakes the loop
+
+    def _on_ready(self) -> None:
+        futs = self._futs
+        for res in self._w.reap():
+            fut = futs.popleft()
+            if not fut.done():
+                fut.set_result(res)
+
+    @property
+    def busy(self) -> bool:
+        """True while a submitted batch has not been reported back."""
+        return bool(self._futs)
+
+    def close(self) -> None:
+        """Stop the thread once the submitted batches are done.
+
+        The engine awaits every submitted batch first, so this does not wait on disk.
+        """
+        try:
+            self._loop.remove_reader(self._fd)
+        except (RuntimeError, ValueError):  # loop already closed
+            pass
+        self._on_ready()
+        self._w.close()
