@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the project's virtual environment (.venv) and runs the demo or the tests.
 #   bash dev.sh demo [args]   - the main job: crash/restart demo, then the Spark pipeline
-#   bash dev.sh test [args]   - the whole test suite (args go to pytest)
+#   bash dev.sh test [args]   - the whole test suite (args go to pytest; without args
+#                               the core tests run first on the pure-Python write path)
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -22,6 +23,13 @@ case "${1:-}" in
   test)
     shift
     setup "dev,spark,uvloop,metrics,cli,bench,broker"
+    if [ $# -eq 0 ]; then
+      # The core once more without the native write lane: the Python I/O thread path
+      # is what runs where no C compiler was available at install time.
+      echo "== core tests, pure-Python write path (AIODISKQUEUE_PURE_PYTHON=1)"
+      AIODISKQUEUE_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_core_*.py tests/test_engine_*.py
+      echo "== the whole suite"
+    fi
     exec .venv/bin/python -m pytest "$@"
     ;;
   *)

@@ -293,11 +293,13 @@ class Engine:
         return self._dispatch(job)
 
     def kick(self) -> None:
-        """Called when a put lands in an empty pending batch: send it to the write lane
-        at once if the lane has room (a second lane write in flight, or the ioLoop
-        parked between hops), so the writer works while the loop runs the producers."""
+        """Called when a put lands in an empty pending batch: send it at once if the
+        ioLoop is parked between hops, or as a second lane write while one runs, so the
+        writer works while the loop runs the producers."""
         flights = self._flights
-        if len(flights) >= _MAX_FLIGHTS:
+        if len(flights) >= _MAX_FLIGHTS or self.sync_every == 1:
+            # With sync_every=1 a batch sent now would pay an fsync for this put alone:
+            # the puts the ioLoop gathers first share one instead (group commit).
             return
         if flights:
             if flights[-1].lane is None:

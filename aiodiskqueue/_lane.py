@@ -43,9 +43,6 @@ class WriteLane:
         self._w = Writer(spin_us)
         self._futs: deque[Hop[LaneResult]] = deque()
         self._fd = self._w.fileno()
-        self._spin = spin_us * 1e-6
-        self._polling = False
-        self._poll_until = 0.0
         loop.add_reader(self._fd, self._on_ready)
 
     def submit(self, fd: int, data: bytes, offset: int, sync: bool) -> Hop[LaneResult]:
@@ -54,21 +51,7 @@ class WriteLane:
         fut: Hop[LaneResult] = Hop(loop=self._loop)
         self._w.submit(fd, data, offset, sync)
         self._futs.append(fut)
-        if self._spin and not self._polling:
-            # Poll for the result between the loop's other callbacks for a short while,
-            # instead of sleeping in epoll and paying a wake-up for a write of a few us.
-            self._polling = True
-            self._poll_until = self._loop.time() + self._spin
-            self._loop.call_soon(self._poll)
         return fut
-
-    def _poll(self) -> None:
-        if self._w.ready():
-            self._on_ready()
-        if self._futs and self._loop.time() < self._poll_until:
-            self._loop.call_soon(self._poll)
-        else:
-            self._polling = False  # a long write (an fsync): the eventfd wakes the loop
 
     def _on_ready(self) -> None:
         futs = self._futs

@@ -262,12 +262,6 @@ Writer_fileno(Writer *w, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-Writer_ready(Writer *w, PyObject *Py_UNUSED(ignored))
-{
-    return PyBool_FromLong(atomic_load(&w->completed) != w->reaped);
-}
-
-static PyObject *
 Writer_inflight(Writer *w, PyObject *Py_UNUSED(ignored))
 {
     return PyLong_FromUnsignedLongLong(atomic_load(&w->submitted) - w->reaped);
@@ -308,6 +302,8 @@ Writer_close(Writer *w, PyObject *Py_UNUSED(ignored))
 static PyObject *
 Writer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
+    (void)args;
+    (void)kwds;
     Writer *w = (Writer *)type->tp_alloc(type, 0);
     if (w != NULL)
         w->efd = -1;
@@ -328,8 +324,6 @@ static PyMethodDef Writer_methods[] = {
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
     {"fileno", (PyCFunction)Writer_fileno, METH_NOARGS,
      "fileno() -> the eventfd that becomes readable when jobs are done."},
-    {"ready", (PyCFunction)Writer_ready, METH_NOARGS,
-     "ready() -> True if a job is done and not yet reaped (no system call)."},
     {"inflight", (PyCFunction)Writer_inflight, METH_NOARGS,
      "inflight() -> jobs submitted and not yet reaped."},
     {"close", (PyCFunction)Writer_close, METH_NOARGS,
@@ -354,6 +348,10 @@ static struct PyModuleDef writer_module = {
     "aiodiskqueue._writer",
     "The native write lane of aiodiskqueue.",
     -1,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
     NULL,
 };
 

@@ -22,6 +22,12 @@ from aiodiskqueue import DiskQueue, _lane
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _native(monkeypatch: pytest.MonkeyPatch) -> None:
+    # These tests are about the lane: run them with it even in the pure-Python pass.
+    monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+
+
 def test_the_native_writer_is_built() -> None:
     # setup.py builds it wherever a C compiler is present, as on CI; a silent fallback
     # to the I/O thread would hide a build break behind slower numbers.
