@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _lane
-from ._codec import HEADER_SIZE, frame, index
+from ._codec import HEADER_SIZE, index
 from ._iothread import Hop, IOThread
 from ._layout import Layout
 from ._lock import QueueLock
@@ -340,11 +340,11 @@ class Engine:
         assert fd is not None
         payloads = job.payloads
         lens = list(map(len, payloads))
-        data = frame(payloads, lens)
-        fut = self.lane.submit(fd, data, pos, job.sync)
-        self._lane_end = pos + len(data)
+        total = sum(lens) + HEADER_SIZE * len(lens)
+        fut = self.lane.submit(fd, payloads, pos, job.sync)
+        self._lane_end = pos + total
         flight = _Flight(job, fut, self.epoch, self._batch_waiters, self._sync_batch,
-                         _LaneWrite(self.write_at[0], pos, len(data), lens))
+                         _LaneWrite(self.write_at[0], pos, total, lens))
         self._batch_waiters = []
         self._sync_batch = []
         return flight

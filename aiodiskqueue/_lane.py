@@ -45,11 +45,15 @@ class WriteLane:
         self._fd = self._w.fileno()
         loop.add_reader(self._fd, self._on_ready)
 
-    def submit(self, fd: int, data: bytes, offset: int, sync: bool) -> Hop[LaneResult]:
-        """Write ``data`` at ``offset`` of ``fd`` (then fdatasync if ``sync``), in order
-        after the batches submitted before; the future cannot be cancelled."""
+    def submit(self, fd: int, payloads: list[bytes], offset: int, sync: bool) -> Hop[LaneResult]:
+        """Write ``payloads`` as records at ``offset`` of ``fd`` (then fdatasync if
+        ``sync``), after the batches submitted before; the future cannot be cancelled.
+
+        The records are framed in C and written with ``pwritev`` straight from the
+        payload objects: no copy on the loop.
+        """
         fut: Hop[LaneResult] = Hop(loop=self._loop)
-        self._w.submit(fd, data, offset, sync)
+        self._w.submit_records(fd, payloads, offset, sync)
         self._futs.append(fut)
         return fut
 

@@ -17,7 +17,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,7 +32,14 @@ typedef struct {
     int fd;
     int sync;
     long long offset;
-    Py_buffer buf;
+    long long total;     /* bytes to write */
+    struct iovec *iov;   /* &one, or an owned array (headers and payloads) */
+    int iovcnt;
+    struct iovec one;
+    char *hdr;           /* owned record headers, or NULL */
+    Py_buffer buf;       /* for submit(): the buffer being written */
+    int has_buf;
+    PyObject *keep;      /* for submit_records(): a tuple holding the payloads */
     long long written;
     int write_errno;
     int sync_errno;
@@ -104,12 +115,13 @@ wait_for_work(Writer *w, unsigned long long done)
 static void
 run_job(job_t *j)
 {
-    const char *p = j->buf.buf;
-    long long left = j->buf.len, n = 0;
+    struct iovec *iov = j->iov;
+    int cnt = j->iovcnt;
+    long long n = 0;
     j->write_errno = 0;
     j->sync_errno = 0;
-    while (left > 0) {
-        ssize_t r = pwrite(j->fd, p + n, (size_t)left, (off_t)(j->offset + n));
+    while (n < j->total) {
+        ssize_t r = pwritev(j->fd, iov, cnt > IOV_MAX ? IOV_MAX : cnt, (off_t)(j->offset + n));
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -121,7 +133,16 @@ run_job(job_t *j)
             break;
         }
         n += r;
-        left -= r;
+        size_t left = (size_t)r; /* skip what was written; resume inside a cut iovec */
+        while (cnt > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (left) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
     }
     j->written = n;
     if (!j->write_errno && j->sync) {
@@ -132,6 +153,21 @@ run_job(job_t *j)
             }
         }
     }
+}
+
+static void
+job_release(job_t *j)
+{
+    if (j->has_buf) {
+        PyBuffer_Release(&j->buf);
+        j->has_buf = 0;
+    }
+    Py_CLEAR(j->keep);
+    if (j->iov != &j->one)
+        PyMem_RawFree(j->iov);
+    j->iov = NULL;
+    PyMem_RawFree(j->hdr);
+    j->hdr = NULL;
 }
 
 static void *
@@ -195,14 +231,9 @@ Writer_init(Writer *w, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static PyObject *
-Writer_submit(Writer *w, PyObject *args)
+static job_t *
+next_slot(Writer *w)
 {
-    int fd, sync;
-    PyObject *data;
-    long long offset;
-    if (!PyArg_ParseTuple(args, "iOLp", &fd, &data, &offset, &sync))
-        return NULL;
     if (!w->started) {
         PyErr_SetString(PyExc_RuntimeError, "writer is closed");
         return NULL;
@@ -212,19 +243,107 @@ Writer_submit(Writer *w, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "writer ring is full");
         return NULL;
     }
-    job_t *j = &w->ring[s % RING];
-    if (PyObject_GetBuffer(data, &j->buf, PyBUF_SIMPLE) < 0)
-        return NULL;
-    j->fd = fd;
-    j->offset = offset;
-    j->sync = sync;
-    atomic_store(&w->submitted, s + 1);
+    return &w->ring[s % RING];
+}
+
+static void
+publish(Writer *w)
+{
+    atomic_fetch_add(&w->submitted, 1);
     if (atomic_load(&w->sleeping)) {
         pthread_mutex_lock(&w->mu);
         pthread_cond_signal(&w->cv);
         pthread_mutex_unlock(&w->mu);
     }
+}
+
+static PyObject *
+Writer_submit(Writer *w, PyObject *args)
+{
+    int fd, sync;
+    PyObject *data;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "iOLp", &fd, &data, &offset, &sync))
+        return NULL;
+    job_t *j = next_slot(w);
+    if (j == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(data, &j->buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    j->has_buf = 1;
+    j->one.iov_base = j->buf.buf;
+    j->one.iov_len = (size_t)j->buf.len;
+    j->iov = &j->one;
+    j->iovcnt = 1;
+    j->total = j->buf.len;
+    j->fd = fd;
+    j->offset = offset;
+    j->sync = sync;
+    publish(w);
     Py_RETURN_NONE;
+}
+
+static PyObject *
+Writer_submit_records(Writer *w, PyObject *args)
+{
+    int fd, sync;
+    PyObject *seq;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "iOLp", &fd, &seq, &offset, &sync))
+        return NULL;
+    job_t *j = next_slot(w);
+    if (j == NULL)
+        return NULL;
+    PyObject *items = PySequence_Tuple(seq); /* the payloads stay alive and unchanged */
+    if (items == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    if (n == 0 || n > INT_MAX / 2) {
+        Py_DECREF(items);
+        PyErr_SetString(PyExc_ValueError, "submit_records needs 1 to INT_MAX/2 payloads");
+        return NULL;
+    }
+    char *hdr = PyMem_RawMalloc((size_t)n * 4);
+    struct iovec *iov = PyMem_RawMalloc((size_t)n * 2 * sizeof(struct iovec));
+    if (hdr == NULL || iov == NULL) {
+        PyMem_RawFree(hdr);
+        PyMem_RawFree(iov);
+        Py_DECREF(items);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    long long total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyTuple_GET_ITEM(items, i);
+        if (!PyBytes_CheckExact(p) || PyBytes_GET_SIZE(p) > INT32_MAX) {
+            PyMem_RawFree(hdr);
+            PyMem_RawFree(iov);
+            Py_DECREF(items);
+            PyErr_SetString(PyExc_TypeError, "payloads must be bytes of at most 2**31-1 bytes");
+            return NULL;
+        }
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(p);
+        unsigned char *h = (unsigned char *)hdr + 4 * i;
+        h[0] = (unsigned char)(len >> 24);
+        h[1] = (unsigned char)(len >> 16);
+        h[2] = (unsigned char)(len >> 8);
+        h[3] = (unsigned char)len;
+        iov[2 * i].iov_base = h;
+        iov[2 * i].iov_len = 4;
+        iov[2 * i + 1].iov_base = PyBytes_AS_STRING(p);
+        iov[2 * i + 1].iov_len = len;
+        total += 4 + (long long)len;
+    }
+    j->keep = items;
+    j->hdr = hdr;
+    j->iov = iov;
+    j->iovcnt = (int)(2 * n);
+    j->total = total;
+    j->fd = fd;
+    j->offset = offset;
+    j->sync = sync;
+    publish(w);
+    return PyLong_FromLongLong(total);
 }
 
 static PyObject *
@@ -249,7 +368,7 @@ Writer_reap(Writer *w, PyObject *Py_UNUSED(ignored))
             return NULL;
         }
         Py_DECREF(t);
-        PyBuffer_Release(&j->buf);
+        job_release(j);
         w->reaped++;
     }
     return out;
@@ -280,7 +399,7 @@ writer_stop(Writer *w)
         Py_END_ALLOW_THREADS
         w->started = 0;
         while (w->reaped < atomic_load(&w->submitted)) {
-            PyBuffer_Release(&w->ring[w->reaped % RING].buf);
+            job_release(&w->ring[w->reaped % RING]);
             w->reaped++;
         }
         pthread_mutex_destroy(&w->mu);
@@ -320,6 +439,9 @@ Writer_dealloc(Writer *w)
 static PyMethodDef Writer_methods[] = {
     {"submit", (PyCFunction)Writer_submit, METH_VARARGS,
      "submit(fd, data, offset, sync) -> None: queue one pwrite (and fdatasync if sync)."},
+    {"submit_records", (PyCFunction)Writer_submit_records, METH_VARARGS,
+     "submit_records(fd, payloads, offset, sync) -> bytes to write: queue the records\n"
+     "(4-byte big-endian length + payload each) as pwritev calls, no copy."},
     {"reap", (PyCFunction)Writer_reap, METH_NOARGS,
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
     {"fileno", (PyCFunction)Writer_fileno, METH_NOARGS,

@@ -64,10 +64,10 @@ class _IOLog:
         mp.setattr("aiodiskqueue._store.os.fsync", fsync)
         submit = _lane.WriteLane.submit
 
-        def lane_submit(lane: _lane.WriteLane, fd: int, data: bytes, offset: int,
+        def lane_submit(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int,
                         sync: bool) -> Any:
-            self.events.append(("write", bytes(data)))
-            fut = submit(lane, fd, data, offset, sync)
+            self.events.append(("write", b"".join(payloads)))
+            fut = submit(lane, fd, payloads, offset, sync)
             if sync:
                 # Registered before anyone awaits the future, so it runs first.
                 fut.add_done_callback(

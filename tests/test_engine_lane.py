@@ -55,6 +55,19 @@ def test_writer_reports_write_and_fdatasync_results(tmp_path: Path) -> None:
         assert w.inflight() == 0
         with pytest.raises(TypeError):
             w.submit(fd, "text", 0, False)
+        # Records framed in C: more payloads than one pwritev takes (IOV_MAX 1024).
+        payloads = [b"r%d" % i * (i % 5) for i in range(3000)]
+        total = w.submit_records(fd, payloads, 10, True)
+        assert total == sum(4 + len(p) for p in payloads)
+        while not (done := w.reap()):
+            pass
+        assert done == [(total, 0, 0)]
+        data = path.read_bytes()
+        assert data[:10] == b"helloworld" and records(data[10:]) == payloads
+        for bad in ([], ["text"], [b"ok", bytearray(b"no")]):
+            with pytest.raises((TypeError, ValueError)):
+                w.submit_records(fd, bad, 0, False)
+        assert w.inflight() == 0
     finally:
         w.close()
         for f in (fd, null, r, wp):
@@ -67,9 +80,10 @@ def _count_lane(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     submit = _lane.WriteLane.submit
 
-    def counting(lane: _lane.WriteLane, fd: int, data: bytes, offset: int, sync: bool) -> Any:
-        sizes.append(len(data))
-        return submit(lane, fd, data, offset, sync)
+    def counting(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int,
+                 sync: bool) -> Any:
+        sizes.append(len(payloads))
+        return submit(lane, fd, payloads, offset, sync)
 
     monkeypatch.setattr(_lane.WriteLane, "submit", counting)
     return sizes
@@ -127,9 +141,10 @@ async def test_durable_lane_puts_are_fdatasynced_before_they_return(
     syncs: list[bool] = []
     submit = _lane.WriteLane.submit
 
-    def recording(lane: _lane.WriteLane, fd: int, data: bytes, offset: int, sync: bool) -> Any:
+    def recording(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int,
+                  sync: bool) -> Any:
         syncs.append(sync)
-        return submit(lane, fd, data, offset, sync)
+        return submit(lane, fd, payloads, offset, sync)
 
     monkeypatch.setattr(_lane.WriteLane, "submit", recording)
     q = await make_queue(sync_every=1)
