@@ -163,6 +163,7 @@ class Engine:
         self._lane_end = 0  # write offset after the last batch sent to the lane
         self._lane_error: OSError | None = None  # a lane write failed: reset the writer
         self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
+        self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
         self.task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -234,6 +235,8 @@ class Engine:
         flights = self._flights
         try:
             while True:
+                if self._kick_error is not None:
+                    raise self._kick_error
                 if self.purge_waiters and not flights:
                     await self._purge()
                     continue
@@ -306,9 +309,15 @@ class Engine:
                 return
         elif not self._parked:
             return
-        if self.state not in (State.OPEN, State.SHUTDOWN) or self.purge_waiters:
+        if (self.state not in (State.OPEN, State.SHUTDOWN) or self.purge_waiters
+                or self._kick_error is not None):
             return
-        flight = self._next_flight()
+        try:
+            flight = self._next_flight()
+        except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
+            self._kick_error = exc
+            _wake(self.put_req)
+            return
         if flight is not None:
             flights.append(flight)
 

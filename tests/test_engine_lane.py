@@ -224,3 +224,19 @@ async def test_reopened_queue_after_lane_writes_has_everything(tmp_path: Path) -
         assert q.qsize() == 3000
         got = sorted([await q.get() for _ in range(3000)])
         assert got == [b"%05d" % i for i in range(3000)]
+
+
+async def test_an_unexpected_lane_error_breaks_the_queue_instead_of_hanging_puts(
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue import DiskQueueError
+    q = await make_queue()
+    await q.put(b"ok")
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("writer ring is full")
+
+    monkeypatch.setattr(_lane.WriteLane, "submit", broken)
+    results = await asyncio.wait_for(
+        asyncio.gather(*(q.put(b"m%d" % i) for i in range(4)), return_exceptions=True), 5)
+    assert all(isinstance(r, DiskQueueError) for r in results), results
+    assert "broken" in str(results[0])
