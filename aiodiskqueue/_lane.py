@@ -21,7 +21,8 @@ from collections import deque
 from ._iothread import Hop
 
 try:
-    from ._writer import Writer
+    from . import _writer
+    Writer: type[_writer.Writer] | None = _writer.Writer
 except ImportError:  # pragma: no cover - built wherever a C compiler is present
     Writer = None
 

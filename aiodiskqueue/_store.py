@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 from dataclasses import dataclass, field
+
 from ._codec import HEADER, frame, index
 from ._layout import Layout, fsync_dir
 from ._meta import Meta, load_meta, store_meta

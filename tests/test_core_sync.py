@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from conftest import MakeQueue
+from helpers_format import meta_name, records, seg_name
 
 from aiodiskqueue import _lane
-from helpers_format import meta_name, records, seg_name
 
 
 async def test_default_put_is_in_the_os_when_it_returns(make_queue: MakeQueue,
