@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import pstats
+import resource
 import shutil
 import statistics
 import struct
@@ -122,6 +123,7 @@ class Acc:
     detail: str
     how: str
     rates: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)  # process CPU seconds per wall second
     counts: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     verified: int = 0
@@ -136,8 +138,9 @@ class Results:
 
     def add(self, *, workload: str, system: str, size: int, producers: int, loop: str,
             g: tuple[str, str, str], how: str, count: int, secs: float,
-            error: str | None) -> None:
-        """Record one repetition; ``error`` is None when its check passed."""
+            error: str | None, cpu: float | None = None) -> None:
+        """Record one repetition; ``error`` is None when its check passed; ``cpu``
+        is the process CPU time (all threads) spent in the ``secs`` measured."""
         key = (workload, system, size, producers, loop)
         acc = self.rows.get(key)
         if acc is None:
@@ -146,6 +149,8 @@ class Results:
         if count > 0 and secs > 0:
             acc.rates.append(count / secs)
             acc.counts.append(count)
+            if cpu is not None:
+                acc.cpus.append(cpu / secs)
         if error is None:
             acc.verified += 1
         else:
@@ -306,12 +311,19 @@ async def _drain_ours(q: DiskQueue, n: int, batched: bool) -> tuple[list[bytes],
     return out, time.perf_counter() - t0
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process so far, every thread included (the queue's own threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
-                   ) -> tuple[float, int, float, int, str | None]:
+                   ) -> tuple[float, int, float, int, str | None, float, float]:
     """One repetition of ours: produce (time-boxed), reopen, consume everything, check.
 
     Returns the produce seconds and the messages the timed produce stored, the
-    consume seconds and messages, and None or what the check found wrong.
+    consume seconds and messages, None or what the check found wrong, and the
+    CPU seconds of the produce and of the consume.
     """
     durable = scenario == "durable"
     opts: dict[str, Any] = {"sync_every": 1} if durable else {}
@@ -319,11 +331,13 @@ async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
         gc.collect()
         deadline = time.perf_counter() + box
         _prof_start(scenario)
+        c0 = cpu_seconds()
         if scenario == "put_many":
             k, put_secs = await _put_many_ours(q, lists[0], deadline)
             done = [k]
         else:
             done, put_secs = await _put_ours(q, lists, deadline)
+        put_cpu = cpu_seconds() - c0
         put_count = sum(done)
         _prof_stop(put_count)
         if scenario == "put" and len(lists) == 1 and done[0] < len(lists[0]):
@@ -336,16 +350,18 @@ async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
     async with DiskQueue(d, "bench") as q:
         if q.qsize() != total:
             return (put_secs, put_count, 0.0, total,
-                    f"reopened with qsize {q.qsize()}, expected {total}")
+                    f"reopened with qsize {q.qsize()}, expected {total}", put_cpu, 0.0)
         gc.collect()
         _prof_start({"put": "drain", "put_many": "get_many"}.get(scenario))
+        c0 = cpu_seconds()
         got, get_secs = await _drain_ours(q, total, batched=scenario == "put_many")
+        get_cpu = cpu_seconds() - c0
         _prof_stop(len(got))
         left = q.qsize()
     err = check_order(got, expected)
     if err is None and left:
         err = f"{left} messages left after the drain"
-    return put_secs, put_count, get_secs, total, err
+    return put_secs, put_count, get_secs, total, err, put_cpu, get_cpu
 
 
 def _loop_runner(loop_name: str) -> asyncio.Runner:
@@ -560,8 +576,9 @@ def _rep_ours(cfg: Config, sc: Scenario, size: int, lists: list[list[bytes]], lo
     box = cfg.durable_box if sc.name == "durable" else cfg.ours_box
     # A generous limit, so an engine that stops making progress shows as a FAIL row.
     limit = 60.0 + 20 * box
+    put_c = get_c = 0.0
     try:
-        put_s, put_n, get_s, get_n, err = run_in_loop(
+        put_s, put_n, get_s, get_n, err, put_c, get_c = run_in_loop(
             loop_name, lambda: asyncio.wait_for(ours_rep(sc.name, d, lists, box), limit))
     except TimeoutError:
         put_s, put_n, get_s, get_n, err = 0.0, 0, 0.0, 0, f"no progress within {limit:.0f} s"
@@ -574,11 +591,11 @@ def _rep_ours(cfg: Config, sc: Scenario, size: int, lists: list[list[bytes]], lo
     g = OURS_DURABLE if sc.name == "durable" else OURS_DEFAULT
     if sc.put_row in cfg.only:
         res.add(workload=sc.put_row, system=OURS, size=size, producers=sc.producers,
-                loop=loop_name, g=g, how=how, count=put_n, secs=put_s, error=err)
+                loop=loop_name, g=g, how=how, count=put_n, secs=put_s, error=err, cpu=put_c)
     if sc.get_row is not None and sc.get_row in cfg.only:
         how = "get_many(1000)" if sc.get_row == "get_many" else "async for"
         res.add(workload=sc.get_row, system=OURS, size=size, producers=1, loop=loop_name,
-                g=OURS_READ, how=how, count=get_n, secs=get_s, error=err)
+                g=OURS_READ, how=how, count=get_n, secs=get_s, error=err, cpu=get_c)
 
 
 def _rep_raw(cfg: Config, sc: Scenario, size: int, lst: list[bytes], res: Results) -> None:
@@ -681,6 +698,7 @@ def _row_dict(a: Acc) -> dict[str, Any]:
         "rate_median": round(statistics.median(rates), 1),
         "rate_min": round(min(rates), 1),
         "rate_max": round(max(rates), 1),
+        "cpu_per_s": round(statistics.median(a.cpus), 2) if a.cpus else None,
         "guarantee": a.guarantee,
         "level": a.level,
         "guarantee_detail": a.detail,
@@ -751,8 +769,8 @@ def sort_key(r: dict[str, Any]) -> tuple[Any, ...]:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The result table as text."""
-    head = ["workload", "prod", "size", "system", "loop", "msgs/s", "min-max", "n", "check",
-            "guarantee", "/best peer", "/queuelib", "/raw"]
+    head = ["workload", "prod", "size", "system", "loop", "msgs/s", "min-max", "cpu", "n",
+            "check", "guarantee", "/best peer", "/queuelib", "/raw"]
     lines = []
     prev: tuple[Any, ...] | None = None
     body: list[list[str] | None] = []
@@ -766,6 +784,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             r["workload"], str(r["producers"]), str(r["size"]), r["system"], r["loop"],
             fmt_rate(r["rate_median"]),
             f"{fmt_rate(r['rate_min'])}-{fmt_rate(r['rate_max'])}",
+            "-" if r.get("cpu_per_s") is None else f"{r['cpu_per_s']:.2f}",
             str(r["messages"]),
             "ok" if r["verified"] else "FAIL",
             r["guarantee"],
@@ -775,7 +794,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         ])
     widths = [max(len(head[i]), *(len(b[i]) for b in body if b is not None)) if body
               else len(head[i]) for i in range(len(head))]
-    right = {1, 2, 5, 6, 7, 10, 11, 12}
+    right = {1, 2, 5, 6, 7, 8, 11, 12, 13}
 
     def fmt(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -981,6 +1000,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("ratios: ours / best peer with at least the same crash guarantee, ours / queuelib, "
           "ours / raw baseline (same workload and size, same run; medians)")
     print("peers with several producers: OS threads sharing one queue object; ours: asyncio tasks")
+    print("cpu: our process's CPU seconds (all threads) per wall second of the timed phase")
     for note in res.skipped:
         print(f"n/a: {note}")
     if PROFILE is not None:

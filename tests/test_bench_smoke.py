@@ -78,6 +78,9 @@ def test_every_workload_of_ours_ran_and_was_checked(
     assert all(r["verified"] and r["rate_median"] > 0 for r in data["rows"]), \
         [r for r in data["rows"] if not r["verified"]]
     assert data["meta"]["all_verified"] is True
+    # Our rows report the CPU they used (all threads): a positive number of cores.
+    cpus = [r["cpu_per_s"] for r in data["rows"] if r["system"] == OURS]
+    assert all(isinstance(c, float) and 0 < c < 64 for c in cpus), cpus
 
 
 def test_peers_and_baseline_rows_and_ratios(
