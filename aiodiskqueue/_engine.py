@@ -282,7 +282,7 @@ class Engine:
         """
         flights = self._flights
         if flights and flights[-1].lane is not None:
-            if not self._lane_fits(self._lane_end, self.sync_every == 1):
+            if self._full_hop_due() or not self._lane_fits(self._lane_end, self.sync_every == 1):
                 return None
             job = self._build_job(pipelined=True)
             return None if job is None else self._dispatch_lane(job, self._lane_end)
@@ -320,6 +320,22 @@ class Engine:
             return
         if flight is not None:
             flights.append(flight)
+
+    def _full_hop_due(self) -> bool:
+        """Is something due that only a hop built with no flight out can do (a sync
+        round, the meta, a read for a consumer that fell behind)? Then no more lane
+        writes are chained: busy producers would otherwise keep the lane in flight
+        forever and starve syncs and reads."""
+        if self.sync_waiters or self._force_meta or self.purge_waiters:
+            return True
+        if self.since_sync + len(self.pending) >= self.sync_every:
+            return True
+        loop = self.loop
+        assert loop is not None
+        if loop.time() >= self._sync_due_at and (self.since_sync > 0 or self._meta_changed()):
+            return True
+        return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
+                and self.corruption is None)
 
     def _lane_fits(self, pos: int, sync: bool, payloads: list[bytes] | None = None) -> bool:
         """Can the next batch (``payloads``, else the pending one) go to the write lane

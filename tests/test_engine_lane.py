@@ -240,3 +240,34 @@ async def test_an_unexpected_lane_error_breaks_the_queue_instead_of_hanging_puts
         asyncio.gather(*(q.put(b"m%d" % i) for i in range(4)), return_exceptions=True), 5)
     assert all(isinstance(r, DiskQueueError) for r in results), results
     assert "broken" in str(results[0])
+
+
+async def test_busy_producers_do_not_starve_sync_rounds_or_a_consumer(
+        make_queue: MakeQueue) -> None:
+    # Chained lane writes must give way to the hops that sync and read ahead.
+    q = await make_queue(sync_every=100, read_buffer_bytes=16 * 1024)
+    before = q.statistics().syncs
+    got: list[bytes] = []
+    done = False
+
+    async def producer(p: int) -> None:
+        for i in range(500):
+            await q.put(b"%02d-%04d-" % (p, i) + b"x" * 200)
+
+    async def consumer() -> None:
+        while not done or q.qsize():
+            try:
+                got.append(await asyncio.wait_for(q.get(), 0.2))
+            except TimeoutError:
+                continue
+
+    reader = asyncio.create_task(consumer())
+    await asyncio.gather(*(producer(p) for p in range(16)))
+    taken_while_producing = len(got)
+    syncs = q.statistics().syncs - before
+    done = True
+    await reader
+    assert len(got) == 16 * 500
+    # 8,000 puts plus the gets, one round per 100: far more than a handful.
+    assert syncs >= 8000 // 100 // 2, syncs
+    assert taken_while_producing >= 8000 // 20, taken_while_producing
