@@ -3,8 +3,9 @@
  *
  * Why: on a VM whose idle vCPUs halt, every hand-off between the event loop and a
  * Python I/O thread pays two cross-CPU wake-ups (the job, then the GIL), about
- * 50 us each. This thread takes framed batches from a small ring, pwrite()s them
- * (and fdatasync()s them when asked), and spins for a short, adaptive while before
+ * 50 us each. This thread takes batches of payloads from a small ring, writes them
+ * as records with pwritev() (headers framed here, no copy of the payloads), then
+ * fdatasync()s them when asked, and spins for a short, adaptive while before
  * it sleeps, so a busy queue hands it the next batch without waking anybody. It
  * tells the event loop through an eventfd, written at most once per batch of
  * completions. The Python side (aiodiskqueue._lane) decides what goes here: only
@@ -33,13 +34,10 @@ typedef struct {
     int sync;
     long long offset;
     long long total;     /* bytes to write */
-    struct iovec *iov;   /* &one, or an owned array (headers and payloads) */
+    struct iovec *iov;   /* owned: a header and a payload per record */
     int iovcnt;
-    struct iovec one;
-    char *hdr;           /* owned record headers, or NULL */
-    Py_buffer buf;       /* for submit(): the buffer being written */
-    int has_buf;
-    PyObject *keep;      /* for submit_records(): a tuple holding the payloads */
+    char *hdr;           /* owned record headers */
+    PyObject *keep;      /* a tuple holding the payloads */
     long long written;
     int write_errno;
     int sync_errno;
@@ -158,13 +156,8 @@ run_job(job_t *j)
 static void
 job_release(job_t *j)
 {
-    if (j->has_buf) {
-        PyBuffer_Release(&j->buf);
-        j->has_buf = 0;
-    }
     Py_CLEAR(j->keep);
-    if (j->iov != &j->one)
-        PyMem_RawFree(j->iov);
+    PyMem_RawFree(j->iov);
     j->iov = NULL;
     PyMem_RawFree(j->hdr);
     j->hdr = NULL;
@@ -255,32 +248,6 @@ publish(Writer *w)
         pthread_cond_signal(&w->cv);
         pthread_mutex_unlock(&w->mu);
     }
-}
-
-static PyObject *
-Writer_submit(Writer *w, PyObject *args)
-{
-    int fd, sync;
-    PyObject *data;
-    long long offset;
-    if (!PyArg_ParseTuple(args, "iOLp", &fd, &data, &offset, &sync))
-        return NULL;
-    job_t *j = next_slot(w);
-    if (j == NULL)
-        return NULL;
-    if (PyObject_GetBuffer(data, &j->buf, PyBUF_SIMPLE) < 0)
-        return NULL;
-    j->has_buf = 1;
-    j->one.iov_base = j->buf.buf;
-    j->one.iov_len = (size_t)j->buf.len;
-    j->iov = &j->one;
-    j->iovcnt = 1;
-    j->total = j->buf.len;
-    j->fd = fd;
-    j->offset = offset;
-    j->sync = sync;
-    publish(w);
-    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -437,8 +404,6 @@ Writer_dealloc(Writer *w)
 }
 
 static PyMethodDef Writer_methods[] = {
-    {"submit", (PyCFunction)Writer_submit, METH_VARARGS,
-     "submit(fd, data, offset, sync) -> None: queue one pwrite (and fdatasync if sync)."},
     {"submit_records", (PyCFunction)Writer_submit_records, METH_VARARGS,
      "submit_records(fd, payloads, offset, sync) -> bytes to write: queue the records\n"
      "(4-byte big-endian length + payload each) as pwritev calls, no copy."},

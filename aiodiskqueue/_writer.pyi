@@ -2,16 +2,12 @@
 
 from collections.abc import Sequence
 
-from _typeshed import ReadableBuffer
-
 RING: int
 
 class Writer:
     """A native thread that appends framed batches to files without taking the GIL."""
 
     def __init__(self, spin_us: int = 100) -> None: ...
-    def submit(self, fd: int, data: ReadableBuffer, offset: int, sync: bool, /) -> None:
-        """Queue one pwrite of ``data`` at ``offset`` (then fdatasync if ``sync``)."""
     def submit_records(self, fd: int, payloads: Sequence[bytes], offset: int, sync: bool,
                        /) -> int:
         """Queue ``payloads`` as records (pwritev, no copy); returns the bytes to write."""

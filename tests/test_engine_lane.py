@@ -43,27 +43,24 @@ def test_writer_reports_write_and_fdatasync_results(tmp_path: Path) -> None:
     null = os.open("/dev/null", os.O_WRONLY)
     r, wp = os.pipe()
     try:
-        w.submit(fd, b"hello", 0, True)
-        w.submit(fd, b"world", 5, False)
-        w.submit(null, b"x" * 10, 0, True)  # /dev/null cannot be fdatasynced: EINVAL
-        w.submit(wp, b"y", 0, False)  # a pipe has no offsets: ESPIPE
+        w.submit_records(fd, [b"hello"], 0, True)
+        w.submit_records(fd, [b"world"], 9, False)
+        w.submit_records(null, [b"x" * 10], 0, True)  # /dev/null cannot be fdatasynced: EINVAL
+        w.submit_records(wp, [b"y"], 0, False)  # a pipe has no offsets: ESPIPE
         got: list[tuple[int, int, int]] = []
         while len(got) < 4:
             got += w.reap()
-        assert got == [(5, 0, 0), (5, 0, 0), (10, 0, errno.EINVAL), (0, errno.ESPIPE, 0)]
-        assert path.read_bytes() == b"helloworld"
+        assert got == [(9, 0, 0), (9, 0, 0), (14, 0, errno.EINVAL), (0, errno.ESPIPE, 0)]
+        assert records(path.read_bytes()) == [b"hello", b"world"]
         assert w.inflight() == 0
-        with pytest.raises(TypeError):
-            w.submit(fd, "text", 0, False)
-        # Records framed in C: more payloads than one pwritev takes (IOV_MAX 1024).
+        # More payloads than one pwritev takes (IOV_MAX 1024), empty ones included.
         payloads = [b"r%d" % i * (i % 5) for i in range(3000)]
-        total = w.submit_records(fd, payloads, 10, True)
+        total = w.submit_records(fd, payloads, 18, True)
         assert total == sum(4 + len(p) for p in payloads)
         while not (done := w.reap()):
             pass
         assert done == [(total, 0, 0)]
-        data = path.read_bytes()
-        assert data[:10] == b"helloworld" and records(data[10:]) == payloads
+        assert records(path.read_bytes()) == [b"hello", b"world", *payloads]
         for bad in ([], ["text"], [b"ok", bytearray(b"no")]):
             with pytest.raises((TypeError, ValueError)):
                 w.submit_records(fd, bad, 0, False)
@@ -73,7 +70,7 @@ def test_writer_reports_write_and_fdatasync_results(tmp_path: Path) -> None:
         for f in (fd, null, r, wp):
             os.close(f)
     with pytest.raises(RuntimeError):
-        w.submit(0, b"", 0, False)
+        w.submit_records(0, [b""], 0, False)
 
 
 def _count_lane(monkeypatch: pytest.MonkeyPatch) -> list[int]:
