@@ -346,10 +346,11 @@ class Engine:
         if st.writer_fd is None or (sync and st.dir_dirty):
             return False
         if payloads is None:
-            n, size = len(self.pending), self.pending_bytes
+            n, size = len(self.pending), self.pending_bytes  # headers included
         else:
-            n, size = len(payloads), sum(map(len, payloads))
-        return n > 0 and pos + size + HEADER_SIZE * n <= self.opts.max_bytes_per_file
+            n = len(payloads)
+            size = sum(map(len, payloads)) + HEADER_SIZE * n
+        return n > 0 and pos + size <= self.opts.max_bytes_per_file
 
     def _dispatch(self, job: Job) -> _Flight:
         assert self.io is not None
