@@ -183,7 +183,10 @@ async def test_command_line_broker_serves_and_stops_on_sigterm(
     tcp, _ = _start(tmp_path / "data", procs, *(["--uvloop"] if loop == "uvloop" else []))
     c = await _client(tcp, raw_clients)
     await c.sub("cli", "c")
-    await c.pub("cli", b"hello")
+    # Publish on a second connection: on the subscriber's own connection the MESSAGE
+    # frame may arrive before the PUB's OK (nsqd gives no order between the two either).
+    p = await _client(tcp, raw_clients)
+    await p.pub("cli", b"hello")
     m = await c.read()
     assert m.body == b"hello"
     c.send(b"FIN " + m.msg_id)
