@@ -89,7 +89,6 @@ class _LaneWrite:
     file_num: int
     pos: int
     total: int  # bytes, headers included
-    lens: list[int]
 
 
 class Engine:
@@ -281,18 +280,19 @@ class Engine:
         reads) runs on the I/O thread once the lane is idle.
         """
         flights = self._flights
+        size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
         if flights and flights[-1].lane is not None:
-            if self._full_hop_due() or not self._lane_fits(self._lane_end, self.sync_every == 1):
+            if (self._full_hop_due()
+                    or not self._lane_fits(self._lane_end, size, self.sync_every == 1)):
                 return None
             job = self._build_job(pipelined=True)
-            return None if job is None else self._dispatch_lane(job, self._lane_end)
+            return None if job is None else self._dispatch_lane(job, self._lane_end, size)
         job = self._build_job(pipelined=bool(flights))
         if job is None:
             return None
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
-                and not job.reset_writer
-                and self._lane_fits(self.write_at[1], job.sync, job.payloads)):
-            return self._dispatch_lane(job, self.write_at[1])
+                and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
+            return self._dispatch_lane(job, self.write_at[1], size)
         return self._dispatch(job)
 
     def kick(self) -> None:
@@ -337,20 +337,15 @@ class Engine:
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
 
-    def _lane_fits(self, pos: int, sync: bool, payloads: list[bytes] | None = None) -> bool:
-        """Can the next batch (``payloads``, else the pending one) go to the write lane
-        as an append at ``pos`` (followed by an fdatasync if ``sync``)?"""
+    def _lane_fits(self, pos: int, size: int, sync: bool) -> bool:
+        """Can a batch of ``size`` bytes go to the write lane as an append at ``pos``
+        (followed by an fdatasync if ``sync``)?"""
         if self.lane is None or self._lane_error is not None or self.state is State.CLOSING:
             return False
         st = self.store
         if st.writer_fd is None or (sync and st.dir_dirty):
             return False
-        if payloads is None:
-            n, size = len(self.pending), self.pending_bytes  # headers included
-        else:
-            n = len(payloads)
-            size = sum(map(len, payloads)) + HEADER_SIZE * n
-        return n > 0 and pos + size <= self.opts.max_bytes_per_file
+        return 0 < size and pos + size <= self.opts.max_bytes_per_file
 
     def _dispatch(self, job: Job) -> _Flight:
         assert self.io is not None
@@ -360,17 +355,14 @@ class Engine:
         self._sync_batch = []
         return flight
 
-    def _dispatch_lane(self, job: Job, pos: int) -> _Flight:
+    def _dispatch_lane(self, job: Job, pos: int, total: int) -> _Flight:
         assert self.lane is not None and job.payloads is not None
         fd = self.store.writer_fd
         assert fd is not None
-        payloads = job.payloads
-        lens = list(map(len, payloads))
-        total = sum(lens) + HEADER_SIZE * len(lens)
-        fut = self.lane.submit(fd, payloads, pos, job.sync)
+        fut = self.lane.submit(fd, job.payloads, pos, job.sync)
         self._lane_end = pos + total
         flight = _Flight(job, fut, self.epoch, self._batch_waiters, self._sync_batch,
-                         _LaneWrite(self.write_at[0], pos, total, lens))
+                         _LaneWrite(self.write_at[0], pos, total))
         self._batch_waiters = []
         self._sync_batch = []
         return flight
@@ -408,8 +400,9 @@ class Engine:
             if (self.read_at == (lw.file_num, lw.pos) and self.corruption is None
                     and self.ready_bytes + lw.total <= self.opts.read_buffer_bytes):
                 # The reader has caught up to this batch: hand it over, no read needed.
-                res.handoff = index(job.payloads, lw.lens, lw.file_num, lw.pos)
-                res.handoff_bytes = lw.total - HEADER_SIZE * len(lw.lens)
+                lens = list(map(len, job.payloads))
+                res.handoff = index(job.payloads, lens, lw.file_num, lw.pos)
+                res.handoff_bytes = lw.total - HEADER_SIZE * len(lens)
         res.write_at = (st.write_file, st.write_pos)
         res.bytes_on_disk = st.bytes_on_disk
         return res

@@ -3,9 +3,10 @@
 A hop to the Python I/O thread costs two cross-CPU wake-ups on a machine whose
 idle vCPUs halt: one to start the thread, one for the GIL it needs to run. The
 native writer (``aiodiskqueue._writer``, built from ``_writer.c`` when a C
-compiler is present) only ``pwrite``\\ s (and, if asked, ``fdatasync``\\ s) a
-buffer at an offset, spins briefly for the next batch before it sleeps, and
-reports completions through an eventfd the event loop watches. The engine sends
+compiler is present) only writes a batch of payloads as records at an offset
+(``pwritev``, then ``fdatasync`` if asked), polls briefly for the next batch
+before it sleeps, and reports completions through an eventfd the event loop
+watches. The engine sends
 it appends that stay inside the current segment and keeps everything else on the
 I/O thread; the two never run at the same time.
 
@@ -64,11 +65,6 @@ class WriteLane:
             fut = futs.popleft()
             if not fut.done():
                 fut.set_result(res)
-
-    @property
-    def busy(self) -> bool:
-        """True while a submitted batch has not been reported back."""
-        return bool(self._futs)
 
     def close(self) -> None:
         """Stop the thread once the submitted batches are done.
