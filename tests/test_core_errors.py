@@ -69,6 +69,8 @@ async def test_size_out_of_bounds_writes_nothing(make_queue: MakeQueue, tmp_path
         ({"maxsize": 1.0}, TypeError, "maxsize must be an int, got float"),
         ({"read_buffer_bytes": 100}, ValueError, "read_buffer_bytes must be >= 4096, got 100"),
         ({"write_buffer_bytes": 0}, ValueError, "write_buffer_bytes must be >= 4096, got 0"),
+        ({"spin_us": -1}, ValueError, "spin_us must be in [0, 1000000], got -1"),
+        ({"spin_us": 1.5}, TypeError, "spin_us must be an int, got float"),
     ],
     ids=lambda v: "-".join(f"{k}={v[k]!r}" for k in v) if isinstance(v, dict) else "",
 )

@@ -268,3 +268,16 @@ async def test_busy_producers_do_not_starve_sync_rounds_or_a_consumer(
     # 8,000 puts plus the gets, one round per 100: far more than a handful.
     assert syncs >= 8000 // 100 // 2, syncs
     assert taken_while_producing >= 8000 // 20, taken_while_producing
+
+
+async def test_spin_us_0_still_writes_through_the_lane(make_queue: MakeQueue,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = _count_lane(monkeypatch)
+    q = await make_queue(spin_us=0)  # the writer sleeps between batches
+    await asyncio.gather(*(q.put(b"%03d" % i) for i in range(300)))
+    for i in range(300):
+        await q.put(b"s%03d" % i)
+    assert sizes
+    got = [await q.get() for _ in range(600)]
+    assert sorted(got[:300]) == [b"%03d" % i for i in range(300)]
+    assert got[300:] == [b"s%03d" % i for i in range(300)]
