@@ -13,6 +13,7 @@ import pytest
 from aiodiskqueue import DiskQueue
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "go-diskqueue"
 FIXTURES_ENV = "AIODISKQUEUE_FIXTURES"
 
 MakeQueue = Callable[..., Awaitable[DiskQueue]]
@@ -20,9 +21,10 @@ CopyFixture = Callable[[str, Path], list[Path]]
 
 
 def locate_fixtures() -> Path:
-    """The go-diskqueue fixture directory: ``$AIODISKQUEUE_FIXTURES`` or ``../shared/...``."""
+    """The go-diskqueue fixture directory: ``$AIODISKQUEUE_FIXTURES`` or the copy in
+    ``tests/fixtures/go-diskqueue`` that ships with the repository."""
     env = os.environ.get(FIXTURES_ENV)
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "fixtures" / "go-diskqueue"
+    return Path(env) if env else FIXTURES_DIR
 
 
 @pytest.fixture(scope="session")

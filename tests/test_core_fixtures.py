@@ -194,3 +194,14 @@ async def test_queue_written_by_oracle_read_by_us(tmp_path: Path, seed: int) -> 
         assert q.qsize() == len(msgs) - consumed
         assert [await q.get() for _ in range(q.qsize())] == msgs[consumed:]
     assert bad_files(tmp_path) == []
+
+
+def test_repository_fixtures_match_manifest(fixtures_dir: Path) -> None:
+    """The fixtures shipped in ``tests/fixtures/go-diskqueue`` are exactly the manifest's
+    files, byte for byte (size and sha256), plus the README and the manifest itself."""
+    manifest = json.loads((fixtures_dir / "manifest.json").read_text())
+    expected = {name: (f["size"], f["sha256"])
+                for queue in manifest.values() for name, f in queue["files"].items()}
+    present = {p.name: (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+               for p in fixtures_dir.iterdir() if p.name not in ("README.md", "manifest.json")}
+    assert present == expected
