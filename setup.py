@@ -11,8 +11,8 @@ from setuptools import Extension, setup
 ext_modules = []
 if sys.platform.startswith("linux"):
     ext_modules.append(Extension(
-        "aiodiskqueue._writer",
-        sources=["aiodiskqueue/_writer.c"],
+        "aiodiskqueue._core._writer",
+        sources=["aiodiskqueue/_core/_writer.c"],
         extra_compile_args=["-O2", "-std=gnu11"],
         optional=True,
     ))

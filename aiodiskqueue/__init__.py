@@ -1,6 +1,6 @@
 """aiodiskqueue: an asyncio-native persistent FIFO queue, byte-compatible with go-diskqueue."""
 
-from ._options import Statistics
+from ._core.options import Statistics
 from .ack import AckQueue, AckStatistics, Message
 from .errors import (
     CorruptionError,

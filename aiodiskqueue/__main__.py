@@ -1,5 +1,5 @@
 """``python -m aiodiskqueue``: the same command line as the ``aiodiskqueue`` script."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

@@ -51,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         'pip install "asyncio-diskqueue[metrics]"'
     ) from exc
 
-from ._options import Statistics
+from ._core.options import Statistics
 from .queue import DiskQueue
 
 __all__ = ["DiskQueueCollector", "instrument"]

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, final
 
-from ._engine import Engine, State
-from ._layout import Layout
-from ._options import Options, Statistics, as_bytes, check_name
+from ._core.engine import Engine, State
+from ._core.options import Options, Statistics, as_bytes, check_name
+from ._format.layout import Layout
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
 
 _OPEN = State.OPEN

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiodiskqueue import AckQueue
-from aiodiskqueue._ack_clock import LoopClock, TimerHandle
+from aiodiskqueue.ack.clock import LoopClock, TimerHandle
 
 PAYLOAD = os.urandom(1024)
 

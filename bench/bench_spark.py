@@ -129,8 +129,8 @@ def bench_size(spark: Any, d: Path, rows: int, size: int, reps: int
     """All rows of the table for one payload size."""
     from pyspark.sql import functions as F
 
-    from aiodiskqueue._layout import Layout
-    from aiodiskqueue._meta import load_meta
+    from aiodiskqueue._format.layout import Layout
+    from aiodiskqueue._format.meta import load_meta
 
     asyncio.run(fill(d / "queues", "src", rows, size))
     want = (rows, rows * size)

@@ -24,7 +24,7 @@ from aiodiskqueue import (
     QueueClosed,
     QueueEmpty,
 )
-from aiodiskqueue._ack_clock import ManualClock
+from aiodiskqueue.ack.clock import ManualClock
 
 MakeAck = Callable[..., Awaitable[AckQueue]]
 
@@ -717,7 +717,7 @@ async def test_touch_many_times_keeps_the_heap_small(make_ack: MakeAck,
 
 async def test_crash_between_log_fsync_and_data_sync(make_ack: MakeAck, tmp_path: Path) -> None:
     """A commit cut after its head record is durable but before the data queue's meta."""
-    from aiodiskqueue._ack_codec import head_record
+    from aiodiskqueue.ack.codec import head_record
 
     q = await make_ack(max_in_flight=100)
     for i in range(10):
@@ -833,7 +833,7 @@ async def test_purge_drops_ready_and_deferred_keeps_in_flight(make_ack: MakeAck,
 
 async def test_log_write_error_is_reported_and_retried(make_ack: MakeAck,
                                                        clock: ManualClock) -> None:
-    from aiodiskqueue._ack_log import AckLog
+    from aiodiskqueue.ack.log import AckLog
 
     q = await make_ack(sync_interval=0.01)
     real_run = AckLog.run

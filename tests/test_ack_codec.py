@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from aiodiskqueue._ack_codec import (
+from aiodiskqueue.ack.codec import (
     ENTRY,
     FRAME,
     IdGenerator,

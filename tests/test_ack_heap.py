@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aiodiskqueue._ack_heap import LazyHeap
+from aiodiskqueue.ack.heap import LazyHeap
 
 
 class Item:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from aiodiskqueue import AckQueue, DiskQueue
-from aiodiskqueue._ack_clock import ManualClock
+from aiodiskqueue.ack.clock import ManualClock
 
 CHILD = Path(__file__).with_name("ack_child.py")
 

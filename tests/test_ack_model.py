@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from aiodiskqueue import AckQueue, Message, QueueEmpty
-from aiodiskqueue._ack_clock import ManualClock
+from aiodiskqueue.ack.clock import ManualClock
 
 SEEDS = int(os.environ.get("ACK_MODEL_SEEDS", "6"))
 

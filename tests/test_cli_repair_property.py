@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiodiskqueue import DiskQueue, Statistics
-from aiodiskqueue._inspect import analyze, repair
-from aiodiskqueue._layout import Layout
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue.tools.inspect import analyze, repair
 
 
 async def _take_all(d: Path, name: str) -> tuple[list[bytes], Statistics]:

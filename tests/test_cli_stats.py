@@ -19,8 +19,8 @@ from conftest import REPO_ROOT as REPO
 from conftest import copy_queue
 
 from aiodiskqueue import DiskQueue
-from aiodiskqueue._inspect import Watcher
-from aiodiskqueue._layout import Layout
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue.tools.inspect import Watcher
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -176,7 +176,7 @@ def test_bench_without_a_checkout_fails_clearly(tmp_path: Path) -> None:
 
 
 def test_bench_defaults_to_the_checkout() -> None:
-    from aiodiskqueue.cli import _default_bench_dir
+    from aiodiskqueue.tools.cli import _default_bench_dir
 
     assert Path(_default_bench_dir()) == REPO / "bench"
 
@@ -186,8 +186,8 @@ def test_bench_defaults_to_the_checkout() -> None:
 
 def test_console_script_target_and_module_entry() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["aiodiskqueue"] == "aiodiskqueue.cli:main"
-    code = "from aiodiskqueue.cli import main; raise SystemExit(main(['--version']))"
+    assert scripts["aiodiskqueue"] == "aiodiskqueue.tools.cli:main"
+    code = "from aiodiskqueue.tools.cli import main; raise SystemExit(main(['--version']))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, env=_env(), timeout=60, check=False)
     assert res.returncode == 0 and res.stdout.startswith("aiodiskqueue ")
@@ -201,7 +201,7 @@ def test_console_script_target_and_module_entry() -> None:
 def test_works_without_tqdm(gofx: Path, tmp_path: Path) -> None:
     d = copy_queue(gofx, "fixture", tmp_path)
     code = ("import sys; sys.modules['tqdm'] = None\n"
-            "from aiodiskqueue.cli import main\n"
+            "from aiodiskqueue.tools.cli import main\n"
             f"raise SystemExit(main(['verify', {str(d)!r}, 'fixture']))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, env=_env(), timeout=60, check=False)

@@ -139,7 +139,7 @@ async def test_disk_full_put_fails_then_recovers(make_queue: MakeQueue, tmp_path
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     full = _DiskFull()
-    monkeypatch.setattr("aiodiskqueue._store.os.pwrite", full)
+    monkeypatch.setattr("aiodiskqueue._core.store.os.pwrite", full)
     q = await make_queue(max_bytes_per_file=64)
     before = [b"before-%d" % i for i in range(6)]  # 12-byte records: 5 per 64-byte file
     for m in before:
@@ -175,7 +175,7 @@ async def test_disk_full_put_fails_then_recovers(make_queue: MakeQueue, tmp_path
 async def test_disk_full_state_survives_reopen(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     full = _DiskFull()
-    monkeypatch.setattr("aiodiskqueue._store.os.pwrite", full)
+    monkeypatch.setattr("aiodiskqueue._core.store.os.pwrite", full)
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=64) as q:
         await q.put_many([b"a" * 10, b"b" * 10])
         full.on = True

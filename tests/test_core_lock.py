@@ -12,7 +12,7 @@ from conftest import MakeQueue
 from helpers_proc import Child
 
 from aiodiskqueue import DiskQueue, DiskQueueError, QueueLocked
-from aiodiskqueue._lock import lock_holder
+from aiodiskqueue._format.lock import lock_holder
 
 
 async def test_second_object_in_same_process(make_queue: MakeQueue, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from conftest import MakeQueue
 from helpers_format import meta_name, records, seg_name
 
-from aiodiskqueue import _lane
+from aiodiskqueue._core import lane as _lane
 
 
 async def test_default_put_is_in_the_os_when_it_returns(make_queue: MakeQueue,
@@ -59,9 +59,9 @@ class _IOLog:
             self.fsync(fd)
             self.events.append(("sync", b""))
 
-        mp.setattr("aiodiskqueue._store.os.pwrite", pwrite)
-        mp.setattr("aiodiskqueue._store.os.fdatasync", fdatasync)
-        mp.setattr("aiodiskqueue._store.os.fsync", fsync)
+        mp.setattr("aiodiskqueue._core.store.os.pwrite", pwrite)
+        mp.setattr("aiodiskqueue._core.store.os.fdatasync", fdatasync)
+        mp.setattr("aiodiskqueue._core.store.os.fsync", fsync)
         submit = _lane.WriteLane.submit
 
         def lane_submit(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int,

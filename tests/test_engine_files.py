@@ -10,7 +10,7 @@ import pytest
 from conftest import MakeQueue
 from helpers_format import read_meta, seg_name, segment_numbers
 
-import aiodiskqueue._store as store_mod
+import aiodiskqueue._core.store as store_mod
 from aiodiskqueue import DiskQueueError
 
 
@@ -82,7 +82,7 @@ async def test_a_failed_put_nowait_batch_is_raised_by_the_next_sync(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd, data, offset)
 
-    monkeypatch.setattr("aiodiskqueue._store.os.pwrite", pwrite)
+    monkeypatch.setattr("aiodiskqueue._core.store.os.pwrite", pwrite)
     q = await make_queue()
     q.put_nowait(b"kept")
     await q.sync()

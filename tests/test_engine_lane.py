@@ -17,7 +17,8 @@ import pytest
 from conftest import MakeQueue
 from helpers_format import read_queue, records, seg_name
 
-from aiodiskqueue import DiskQueue, _lane
+from aiodiskqueue import DiskQueue
+from aiodiskqueue._core import lane as _lane
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,7 +114,7 @@ async def test_a_caught_up_reader_is_handed_lane_writes(make_queue: MakeQueue,
     sizes = _count_lane(monkeypatch)
     q = await make_queue()
     reads: list[int] = []
-    from aiodiskqueue import _store
+    from aiodiskqueue._core import store as _store
     real_read = _store.SegmentStore.read
 
     def read(self: Any, *a: Any) -> Any:
@@ -153,7 +154,8 @@ async def test_durable_lane_puts_are_fdatasynced_before_they_return(
 _CHILD = textwrap.dedent("""
     import asyncio, json, os, resource, signal, sys
     sys.path.insert(0, sys.argv[1])
-    from aiodiskqueue import DiskQueue, DiskQueueError, _lane
+    from aiodiskqueue import DiskQueue, DiskQueueError
+    from aiodiskqueue._core import lane as _lane
 
     async def main(directory, sync_every):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of dying

@@ -23,8 +23,8 @@ from conftest import CopyFixture, MakeQueue
 from helpers_format import fixture_msg, multi_msg, oversize_msg
 
 from aiodiskqueue import DiskQueue
-from aiodiskqueue._layout import Layout
-from aiodiskqueue._meta import Meta, load_meta
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue._format.meta import Meta, load_meta
 
 pytestmark = pytest.mark.spark
 

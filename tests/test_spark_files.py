@@ -13,9 +13,9 @@ from conftest import CopyFixture
 from helpers_format import fixture_msg, oversize_msg
 
 from aiodiskqueue import DiskQueue, DiskQueueError, QueueLocked
-from aiodiskqueue._layout import Layout
-from aiodiskqueue._lock import QueueLock
-from aiodiskqueue._meta import load_meta
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue._format.lock import QueueLock
+from aiodiskqueue._format.meta import load_meta
 from aiodiskqueue.spark._files import (
     STALE_SECONDS,
     StagedFile,

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Final, Protocol, final
 
-from .._layout import Layout, fsync_dir
-from ..ack import AckQueue, Message
+from .._format.layout import Layout, fsync_dir
+from ..ack.queue import AckQueue, Message
 from ..errors import MessageNotInFlight, QueueEmpty
 from ._options import BrokerOptions
 

@@ -10,7 +10,7 @@ import socket
 import time
 from typing import Any
 
-from .._layout import fsync_dir
+from .._format.layout import fsync_dir
 from ._backend import open_store, remove_store
 from ._options import BrokerOptions
 from ._protocol import VERSION, is_valid_channel_name, is_valid_name

@@ -20,11 +20,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .._codec import HEADER
-from .._layout import Layout, fsync_dir, queue_names
-from .._lock import QueueLock, lock_holder
-from .._meta import Meta, load_meta, store_meta
-from .._scan import BAD_LENGTH, Record, iter_spans, scan_segment
+from .._format.codec import HEADER
+from .._format.layout import Layout, fsync_dir, queue_names
+from .._format.lock import QueueLock, lock_holder
+from .._format.meta import Meta, load_meta, store_meta
+from .._format.scan import BAD_LENGTH, Record, iter_spans, scan_segment
 from ..errors import CorruptionError, DiskQueueError, QueueLocked
 
 log = logging.getLogger("aiodiskqueue.spark")

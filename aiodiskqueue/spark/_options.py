@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._options import MiB, check_name
+from .._core.options import MiB, check_name
 from ..errors import DiskQueueError
 
 FORMATS = ("raw", "nsq")

@@ -10,8 +10,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from .._codec import HEADER_SIZE
-from .._layout import Layout
+from .._format.codec import HEADER_SIZE
+from .._format.layout import Layout
 from ._files import FileSpan, Pos, iter_records, select_queues, view_queue
 from ._nsq import decode
 from ._options import SourceOptions

@@ -49,7 +49,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .._layout import Layout
+from .._format.layout import Layout
 from ._files import (
     Pos,
     QueueBusy,

@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from .._layout import Layout
+from .._format.layout import Layout
 from ..errors import MessageSizeError
 from . import _nsq
 from ._files import (

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ._layout import Layout, free_bad_name, fsync_dir
-from ._lock import QueueLock, lock_holder
-from ._meta import Meta, load_meta, store_meta
-from ._scan import BAD_LENGTH, TORN, Span, iter_spans
+from .._format.layout import Layout, free_bad_name, fsync_dir
+from .._format.lock import QueueLock, lock_holder
+from .._format.meta import Meta, load_meta, store_meta
+from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans
 
 ERROR = "error"
 WARNING = "warning"

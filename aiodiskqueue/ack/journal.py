@@ -26,8 +26,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._ack_codec import done_record, entry_record, update_record
-from ._ack_log import Loc, LogJob, LogResult, Recovered
+from .codec import done_record, entry_record, update_record
+from .log import Loc, LogJob, LogResult, Recovered
 
 
 class LogState(enum.Enum):

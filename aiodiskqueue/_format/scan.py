@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._codec import HEADER, HEADER_SIZE, parse
+from .codec import HEADER, HEADER_SIZE, parse
 
 Record = tuple[bytes, int, int]
 """``(payload, file_num, end_offset)``: a message and the position just past it."""

@@ -3,7 +3,7 @@
 It sleeps in ``asyncio.wait(..., return_when=FIRST_COMPLETED)`` on the put,
 purge, sync and exit requests, a read slot that is armed only while unread data
 waits on disk, and a periodic fsync timer. Each time it wakes it builds one
-:class:`~aiodiskqueue._store.Job` (write every pending put, sync, read ahead),
+:class:`~aiodiskqueue._core.store.Job` (write every pending put, sync, read ahead),
 runs it in a single hop on the queue's I/O thread, and applies the result. While
 a hop runs, producers keep appending to the next batch: the batch size adapts to
 the load, and many producers never mean many thread hops.
@@ -22,16 +22,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from . import _lane
-from ._codec import HEADER_SIZE, index
-from ._iothread import Hop, IOThread
-from ._layout import Layout
-from ._lock import QueueLock
-from ._meta import Meta
-from ._options import Options
-from ._scan import Record
-from ._store import Job, JobResult, OpenState, SegmentStore
-from .errors import CorruptionError, DiskQueueError, QueueClosed
+from .._format.codec import HEADER_SIZE, index
+from .._format.layout import Layout
+from .._format.lock import QueueLock
+from .._format.meta import Meta
+from .._format.scan import Record
+from ..errors import CorruptionError, DiskQueueError, QueueClosed
+from . import lane as _lane
+from .iothread import Hop, IOThread
+from .options import Options
+from .store import Job, JobResult, OpenState, SegmentStore
 
 log = logging.getLogger("aiodiskqueue")
 

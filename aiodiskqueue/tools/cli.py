@@ -24,8 +24,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-from . import __version__
-from ._inspect import (
+from .. import __version__
+from .._format.layout import Layout, queue_names
+from .._format.meta import load_meta
+from ..errors import QueueLocked
+from .inspect import (
     Follower,
     Message,
     Problem,
@@ -43,9 +46,6 @@ from ._inspect import (
     total_bytes,
     unindexed_tail,
 )
-from ._layout import Layout, queue_names
-from ._meta import load_meta
-from .errors import QueueLocked
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -460,7 +460,8 @@ _BENCH_KEYS = ("workload", "system", "size", "producers", "loop", "rate_median",
 
 
 def _default_bench_dir() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "bench")
 
 
 def _load_rows(path: str) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ Three stores, all in the queue's directory:
 * the data queue ``NAME`` (a :class:`~aiodiskqueue.DiskQueue`): messages put
   without a delay, in FIFO order; in ``format="nsq"`` each payload is nsqd's
   message layout, so a channel diskqueue written by nsqd opens as is;
-* the ack log ``NAME.ack.%06d.log`` (:mod:`._ack_log`, :mod:`._ack_journal`):
+* the ack log ``NAME.ack.%06d.log`` (:mod:`.log`, :mod:`.journal`):
   every message taken out of the data queue or put with a delay, with its due
   time and attempts, and a ``D`` record once it is finished or dead-lettered;
 * the dead-letter queue ``NAME.dead`` (a DiskQueue), when ``max_attempts > 0``.
@@ -35,7 +35,7 @@ queue's fsync).
 A message taken and finished before its ``E`` record was written never has its
 body written twice: its ``D`` record carries the ``fetch_seq`` instead. The
 log's space is reclaimed by deleting and compacting whole segments (see
-:mod:`._ack_journal`). In memory: messages in flight, the deadline heap, and an
+:mod:`.journal`). In memory: messages in flight, the deadline heap, and an
 index of deferred entries (their bodies stay on disk until due).
 
 Deadlines: one timer (``Clock.call_at``) armed for the earliest of the in-flight
@@ -56,21 +56,21 @@ from collections.abc import Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Literal, final
 
-from ._ack_clock import Clock, LoopClock, TimerHandle
-from ._ack_codec import NSQ_MIN_SIZE, IdGenerator, decode_nsq, encode_nsq, head_record
-from ._ack_heap import LazyHeap
-from ._ack_journal import Entry, Journal, LogState, State
-from ._ack_log import AckLog, Recovered
-from ._ack_options import AckOptions, AckStatistics, as_bytes, number
-from ._iothread import IOThread
-from .errors import (
+from .._core.iothread import IOThread
+from ..errors import (
     DiskQueueError,
     MessageNotInFlight,
     MessageSizeError,
     QueueClosed,
     QueueEmpty,
 )
-from .queue import DiskQueue
+from ..queue import DiskQueue
+from .clock import Clock, LoopClock, TimerHandle
+from .codec import NSQ_MIN_SIZE, IdGenerator, decode_nsq, encode_nsq, head_record
+from .heap import LazyHeap
+from .journal import Entry, Journal, LogState, State
+from .log import AckLog, Recovered
+from .options import AckOptions, AckStatistics, as_bytes, number
 
 __all__ = ["AckQueue", "AckStatistics", "Message"]
 

@@ -2,7 +2,7 @@
 read-ahead, sync, deletion and purge.
 
 Everything here runs on the queue's I/O thread; nothing else touches these file
-descriptors. The event loop side (``_engine``) sends one :class:`Job` per hop
+descriptors. The event loop side (``engine``) sends one :class:`Job` per hop
 and applies the :class:`JobResult`.
 """
 
@@ -13,11 +13,11 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from ._codec import HEADER, frame, index
-from ._layout import Layout, fsync_dir
-from ._meta import Meta, load_meta, store_meta
-from ._scan import BAD_LENGTH, Record, read_span, scan_segment
-from .errors import CorruptionError
+from .._format.codec import HEADER, frame, index
+from .._format.layout import Layout, fsync_dir
+from .._format.meta import Meta, load_meta, store_meta
+from .._format.scan import BAD_LENGTH, Record, read_span, scan_segment
+from ..errors import CorruptionError
 
 log = logging.getLogger("aiodiskqueue")
 

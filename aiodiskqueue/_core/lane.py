@@ -2,7 +2,7 @@
 
 A hop to the Python I/O thread costs two cross-CPU wake-ups on a machine whose
 idle vCPUs halt: one to start the thread, one for the GIL it needs to run. The
-native writer (``aiodiskqueue._writer``, built from ``_writer.c`` when a C
+native writer (``aiodiskqueue._core._writer``, built from ``_writer.c`` when a C
 compiler is present) only writes a batch of payloads as records at an offset
 (``pwritev``, then ``fdatasync`` if asked), polls briefly for the next batch
 before it sleeps, and reports completions through an eventfd the event loop
@@ -19,7 +19,7 @@ import asyncio
 import os
 from collections import deque
 
-from ._iothread import Hop
+from .iothread import Hop
 
 try:
     from . import _writer

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._ack_codec import NSQ_MIN_SIZE
-from ._options import Options, Statistics, as_bytes, integer, number
+from .._core.options import Options, Statistics, as_bytes, integer, number
+from .codec import NSQ_MIN_SIZE
 
 __all__ = ["AckOptions", "AckStatistics", "as_bytes", "integer", "number"]
 

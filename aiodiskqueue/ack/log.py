@@ -1,9 +1,9 @@
 """The ack log's files: synchronous I/O, run on the ack layer's own I/O thread.
 
-Segments ``NAME.ack.%06d.log`` hold framed records (see :mod:`._ack_codec`).
+Segments ``NAME.ack.%06d.log`` hold framed records (see :mod:`.codec`).
 The log is append-only; space is reclaimed by deleting whole segments from the
 oldest end once none of their entries is live, after copying the few live ones
-forward (compaction, decided by :mod:`._ack_journal`). Deleting only from the
+forward (compaction, decided by :mod:`.journal`). Deleting only from the
 oldest end keeps replay correct: a ``D`` or ``U`` record always comes after the
 ``E`` records of its key, so deleting a prefix can never drop a ``D`` and keep
 the ``E`` it cancels.
@@ -22,7 +22,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
-from ._ack_codec import (
+from .codec import (
     ENTRY,
     FRAME,
     HEAD,

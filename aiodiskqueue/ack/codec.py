@@ -14,7 +14,7 @@ the payload starts with one kind byte:
   is the number of deliveries so far). ``due_ns == 0`` means "deliver at once".
 * ``U`` update: key, due_ns, attempts (a requeue, or a delivery of a stored entry).
 * ``D`` done: key, fetch_seq (finished or dead-lettered; ``fetch_seq`` is non-zero
-  when the entry itself was never written, see :mod:`aiodiskqueue._ack_journal`).
+  when the entry itself was never written, see :mod:`aiodiskqueue.ack.journal`).
 * ``H`` head: highest fetch_seq, the last commit's fetch_seq and data queue read
   position, next key. Written at every commit and at the start of every segment.
 """

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ._layout import fsync_dir
+from .layout import fsync_dir
 
 _META_RE = re.compile(rb"\A(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n?\Z")
 

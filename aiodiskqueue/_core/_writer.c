@@ -420,7 +420,7 @@ static PyMethodDef Writer_methods[] = {
 
 static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "aiodiskqueue._writer.Writer",
+    .tp_name = "aiodiskqueue._core._writer.Writer",
     .tp_doc = "Writer(spin_us=100): a native thread that appends framed batches to files.",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -432,7 +432,7 @@ static PyTypeObject WriterType = {
 
 static struct PyModuleDef writer_module = {
     PyModuleDef_HEAD_INIT,
-    "aiodiskqueue._writer",
+    "aiodiskqueue._core._writer",
     "The native write lane of aiodiskqueue.",
     -1,
     NULL,

@@ -1,0 +1,2 @@
+"""Offline, synchronous tools on queue directories: inspect, verify, repair, dump, stats,
+and the ``aiodiskqueue`` command line."""
