@@ -2,10 +2,8 @@
 
 Pure functions on bytes, no I/O.
 
-nsqd's message (``Message.WriteTo`` in nsqd/message.go), used as the payload of
-a data record with ``format="nsq"`` and inside every ack log entry::
-
-    8-byte big-endian timestamp (ns) | 2-byte big-endian attempts | 16-byte ASCII hex id | body
+nsqd's message layout (:mod:`aiodiskqueue._format.nsq`) is the payload of a data
+record with ``format="nsq"`` and sits inside every ack log entry.
 
 Ack log records are framed as ``4-byte BE length | 4-byte BE crc32 | payload``;
 the payload starts with one kind byte:
@@ -25,9 +23,8 @@ import struct
 import time
 import zlib
 
-NSQ_HEADER = struct.Struct(">qH16s")
-NSQ_MIN_SIZE = NSQ_HEADER.size  # 26, nsqd's minValidMsgLength
-MAX_ATTEMPTS_FIELD = 0xFFFF
+from .._format import nsq
+from .._format.nsq import MAX_ATTEMPTS
 
 FRAME = struct.Struct(">II")
 ENTRY = struct.Struct(">cQQq")
@@ -42,23 +39,6 @@ KIND_DONE = ord("D")
 KIND_HEAD = ord("H")
 
 
-def encode_nsq(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
-    """Encode one message in nsqd's layout; attempts saturate at 65535."""
-    return NSQ_HEADER.pack(timestamp, min(attempts, MAX_ATTEMPTS_FIELD), msg_id) + body
-
-
-def decode_nsq(payload: bytes) -> tuple[int, int, bytes, bytes]:
-    """Split nsqd's layout into (timestamp, attempts, id, body).
-
-    Raises ValueError if the payload is shorter than 26 bytes.
-    """
-    if len(payload) < NSQ_MIN_SIZE:
-        raise ValueError(f"an nsqd message needs at least {NSQ_MIN_SIZE} bytes, "
-                         f"got {len(payload)}")
-    ts, attempts, msg_id = NSQ_HEADER.unpack_from(payload)
-    return ts, attempts, msg_id, payload[NSQ_MIN_SIZE:]
-
-
 def frame(payload: bytes) -> bytes:
     """Frame one ack log record: length, crc32, payload."""
     return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
@@ -67,13 +47,12 @@ def frame(payload: bytes) -> bytes:
 def entry_record(key: int, fetch_seq: int, due_ns: int, timestamp: int, attempts: int,
                  msg_id: bytes, body: bytes) -> bytes:
     """The payload of an ``E`` record."""
-    return (ENTRY.pack(b"E", key, fetch_seq, due_ns)
-            + NSQ_HEADER.pack(timestamp, min(attempts, MAX_ATTEMPTS_FIELD), msg_id) + body)
+    return ENTRY.pack(b"E", key, fetch_seq, due_ns) + nsq.encode(timestamp, attempts, msg_id, body)
 
 
 def update_record(key: int, due_ns: int, attempts: int) -> bytes:
     """The payload of a ``U`` record."""
-    return UPDATE.pack(b"U", key, due_ns, min(attempts, MAX_ATTEMPTS_FIELD))
+    return UPDATE.pack(b"U", key, due_ns, min(attempts, MAX_ATTEMPTS))
 
 
 def done_record(key: int, fetch_seq: int) -> bytes:
@@ -90,10 +69,9 @@ def head_record(fetch_seq: int, commit_seq: int, commit_file: int, commit_pos: i
 def rewrite_entry(payload: bytes, due_ns: int, attempts: int) -> bytes:
     """An ``E`` payload with a new due time and attempts count (for compaction)."""
     _, key, fetch_seq, _ = ENTRY.unpack_from(payload)
-    ts, _, msg_id = NSQ_HEADER.unpack_from(payload, ENTRY.size)
+    ts, _, msg_id = nsq.HEADER.unpack_from(payload, ENTRY.size)
     return (ENTRY.pack(b"E", key, fetch_seq, due_ns)
-            + NSQ_HEADER.pack(ts, min(attempts, MAX_ATTEMPTS_FIELD), msg_id)
-            + payload[ENTRY.size + NSQ_MIN_SIZE:])
+            + nsq.encode(ts, attempts, msg_id, payload[ENTRY.size + nsq.HEADER_SIZE:]))
 
 
 class IdGenerator:

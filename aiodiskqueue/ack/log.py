@@ -22,6 +22,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
+from .._format import nsq
 from .codec import (
     ENTRY,
     FRAME,
@@ -30,7 +31,6 @@ from .codec import (
     KIND_ENTRY,
     KIND_HEAD,
     KIND_UPDATE,
-    NSQ_HEADER,
     SEQ,
     UPDATE,
     frame,
@@ -197,7 +197,7 @@ class AckLog:
                entries: dict[int, Stored]) -> bool | tuple[int, int, int]:
         """Apply one intact record: True, a commit (for ``H``), or False if malformed."""
         kind, n = p[0], len(p)
-        if kind == KIND_ENTRY and n >= ENTRY.size + NSQ_HEADER.size:
+        if kind == KIND_ENTRY and n >= ENTRY.size + nsq.HEADER_SIZE:
             _, key, seq, due = ENTRY.unpack_from(p)
             attempts = int.from_bytes(p[_ATTEMPTS_AT:_ATTEMPTS_AT + 2], "big")
             entries[key] = Stored(num, off, FRAME.size + n, seq, due, attempts)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.options import Options, Statistics, as_bytes, integer, number
-from .codec import NSQ_MIN_SIZE
+from .._format.nsq import HEADER_SIZE as NSQ_MIN_SIZE
 
 __all__ = ["AckOptions", "AckStatistics", "as_bytes", "integer", "number"]
 

@@ -57,6 +57,7 @@ from types import TracebackType
 from typing import Any, Literal, final
 
 from .._core.iothread import IOThread
+from .._format import nsq
 from ..errors import (
     DiskQueueError,
     MessageNotInFlight,
@@ -66,7 +67,7 @@ from ..errors import (
 )
 from ..queue import DiskQueue
 from .clock import Clock, LoopClock, TimerHandle
-from .codec import NSQ_MIN_SIZE, IdGenerator, decode_nsq, encode_nsq, head_record
+from .codec import IdGenerator, head_record
 from .heap import LazyHeap
 from .journal import Entry, Journal, LogState, State
 from .log import AckLog, Recovered
@@ -461,11 +462,11 @@ class AckQueue:
         d = self._check_delay(delay)
         self._check_open()
         if d == 0.0:
-            payload = encode_nsq(self._clock.time_ns(), 0, self._ids.next(), data) \
+            payload = nsq.encode(self._clock.time_ns(), 0, self._ids.next(), data) \
                 if self._nsq else data
             await self._data.put(payload)
         else:
-            size = len(data) + (NSQ_MIN_SIZE if self._nsq else 0)
+            size = len(data) + (nsq.HEADER_SIZE if self._nsq else 0)
             if size < self._min_size or size > self._max_size:
                 raise MessageSizeError(size, self._min_size, self._max_size)
             wall = self._clock.time_ns()
@@ -494,7 +495,7 @@ class AckQueue:
         datas = [as_bytes(b) for b in bodies]
         d = self._check_delay(delay)
         self._check_open()
-        extra = NSQ_MIN_SIZE if self._nsq else 0
+        extra = nsq.HEADER_SIZE if self._nsq else 0
         for data in datas:
             size = len(data) + extra
             if size < self._min_size or size > self._max_size:
@@ -504,7 +505,7 @@ class AckQueue:
         if d == 0.0:
             if self._nsq:
                 now = self._clock.time_ns()
-                datas = [encode_nsq(now, 0, self._ids.next(), b) for b in datas]
+                datas = [nsq.encode(now, 0, self._ids.next(), b) for b in datas]
             await self._data.put_many(datas)
         else:
             wall = self._clock.time_ns()
@@ -633,7 +634,7 @@ class AckQueue:
         """A message just taken out of the data queue becomes a log entry."""
         self._fetch_seq += 1
         if self._nsq:
-            ts, attempts, msg_id, body = decode_nsq(payload)
+            ts, attempts, msg_id, body = nsq.decode(payload)
         else:
             ts, attempts, msg_id, body = self._clock.time_ns(), 0, self._ids.next(), payload
         e = Entry(self._journal.new_key(), self._fetch_seq, 0, attempts, msg_id, ts, body)
@@ -949,7 +950,7 @@ class AckQueue:
                               self._name, e.key)
                     self._journal.done(e)
                 continue
-            ts, _, msg_id, body = decode_nsq(payload)
+            ts, _, msg_id, body = nsq.decode(payload)
             e.timestamp, e.msg_id, e.body = ts, msg_id, body
             if e.state is State.LOADING:
                 self._make_ready(e)
@@ -1076,7 +1077,7 @@ class AckQueue:
     async def _dead_letter(self) -> None:
         batch, self._dead = self._dead, []
         assert self._dead_q is not None
-        payloads = [encode_nsq(e.timestamp, e.attempts, e.msg_id, e.body or b"")
+        payloads = [nsq.encode(e.timestamp, e.attempts, e.msg_id, e.body or b"")
                     if self._nsq else (e.body or b"") for e in batch]
         try:
             await self._dead_q.put_many(payloads)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Protocol, final
 
+from .._format import nsq
 from .._format.layout import Layout, fsync_dir
 from ..ack.queue import AckQueue, Message
 from ..errors import MessageNotInFlight, QueueEmpty
@@ -117,7 +118,6 @@ PER_DELIVERY_TIMEOUT: Final = True
 StoreError = MessageNotInFlight
 """Raised by a finish, requeue or touch of a message that is no longer in flight."""
 
-_NSQ_HEADER = 26
 _UNBOUNDED_IN_FLIGHT = 1 << 40
 """Clients' RDY counts bound what is in flight; the store itself does not."""
 
@@ -254,7 +254,7 @@ async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerO
         max_in_flight=_UNBOUNDED_IN_FLIGHT,
         max_attempts=opts.max_attempts if dead_letters else 0,
         format="nsq",
-        max_msg_size=opts.max_msg_size + _NSQ_HEADER,
+        max_msg_size=opts.max_msg_size + nsq.HEADER_SIZE,
         max_bytes_per_file=opts.max_bytes_per_file,
         sync_every=opts.sync_every,
         sync_interval=opts.sync_interval,

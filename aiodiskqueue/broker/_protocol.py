@@ -20,6 +20,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .._format import nsq
+
 MAGIC_V2: Final = b"  V2"
 
 FRAME_RESPONSE: Final = 0
@@ -31,11 +33,11 @@ HEARTBEAT: Final = b"_heartbeat_"
 CLOSE_WAIT: Final = b"CLOSE_WAIT"
 
 MSG_ID_LENGTH: Final = 16
-MESSAGE_HEADER_SIZE: Final = 26  # 8 timestamp + 2 attempts + 16 id
+MESSAGE_HEADER_SIZE: Final = nsq.HEADER_SIZE
 
 _I32: Final = struct.Struct(">i")
 _FRAME_HEAD: Final = struct.Struct(">ii")
-_MSG_HEAD: Final = struct.Struct(">ii q H")  # size, frame type, timestamp, attempts
+_MSG_HEAD: Final = struct.Struct(">ii" + nsq.FIELDS)  # size, frame type, nsqd message header
 
 _NAME_RE: Final = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
 
@@ -69,8 +71,9 @@ def frame(frame_type: int, data: bytes) -> bytes:
 
 def message_frame(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
     """Return a message frame for a delivery (``attempts`` is clamped to 65535)."""
-    head = _MSG_HEAD.pack(len(body) + 30, FRAME_MESSAGE, timestamp, min(attempts, 0xFFFF))
-    return b"".join((head, msg_id, body))
+    head = _MSG_HEAD.pack(len(body) + 4 + nsq.HEADER_SIZE, FRAME_MESSAGE, timestamp,
+                          min(attempts, nsq.MAX_ATTEMPTS), msg_id)
+    return head + body
 
 
 def read_int32(data: bytes, offset: int = 0) -> int:
