@@ -27,9 +27,13 @@ async def handle(msg: Message) -> None:
 
 async def worker(q: AckQueue, n: int) -> None:
     async for msg in q:
-        async with msg:  # finish on success; requeue with backoff on an exception
-            await handle(msg)
-            print(f"worker {n}: done {msg.body.decode()} (id {msg.id}, attempt {msg.attempts})")
+        try:
+            async with msg:  # finish on success; requeue with backoff, then re-raise, on an error
+                await handle(msg)
+        except Exception as exc:  # noqa: BLE001 - requeued and logged: go on with the next one
+            print(f"worker {n}: {msg.body.decode()} failed ({exc}); requeued")
+            continue
+        print(f"worker {n}: done {msg.body.decode()} (id {msg.id}, attempt {msg.attempts})")
 
 
 async def main(directory: str) -> None:
@@ -42,8 +46,8 @@ async def main(directory: str) -> None:
         workers = [asyncio.create_task(worker(q, n)) for n in range(3)]
         dead = await q.dead_letters.get()  # the poison job, after 3 attempts
         print(f"dead letter: {dead.decode()}")
-        while not q.empty():  # the deferred job may still be due
-            await asyncio.sleep(0.1)
+        while (st := q.statistics()).depth or st.in_flight or st.deferred:
+            await asyncio.sleep(0.1)  # ready, in flight or deferred work remains
         st = q.statistics()
         print(f"finished {st.finished}, requeued {st.requeued}, dead-lettered "
               f"{st.dead_lettered}, in flight {st.in_flight}")

@@ -435,8 +435,9 @@ async def test_async_with_finishes_or_requeues_with_backoff(
     async with await get(q) as m:
         assert m.body == b"ok"
     assert q.statistics().finished == 1
-    async with await get(q) as m:
-        raise RuntimeError("boom")  # logged and suppressed: a worker loop goes on
+    with pytest.raises(RuntimeError, match="boom"):  # requeued, then re-raised: never hidden
+        async with await get(q) as m:
+            raise RuntimeError("boom")
     st = q.statistics()
     assert (st.requeued, st.deferred) == (1, 1)
     assert "RuntimeError: boom" in caplog.text
@@ -634,7 +635,7 @@ async def test_data_queue_position_moves_only_in_commits(make_ack: MakeAck,
 async def wait_log_written(q: AckQueue) -> None:
     """Poll until the log holds every record appended so far (no commit)."""
     fut = q._journal.wait_written()
-    q._kick()
+    q._pump.kick()
     await asyncio.wait_for(fut, 10)
 
 
@@ -708,7 +709,7 @@ async def test_touch_many_times_keeps_the_heap_small(make_ack: MakeAck,
     for _ in range(5000):
         clock.advance(1.0)
         await m.touch()
-    assert len(q._deadlines) <= 2 * 1 + 1024 + 1
+    assert len(q._inflight._deadlines) <= 2 * 1 + 1024 + 1
     clock.advance(9.999)
     assert m.in_flight
     clock.advance(0.001)
@@ -731,7 +732,7 @@ async def test_crash_between_log_fsync_and_data_sync(make_ack: MakeAck, tmp_path
     st = q.statistics().queue
     q._journal.head(head_record(q._fetch_seq, q._fetch_seq, st.read_file_num, st.read_pos,
                                 q._journal.next_key))
-    await q._hop(True)
+    await q._pump.hop(True)
     snap = tmp_path / "snap"
     snap.mkdir()
     for f in tmp_path.iterdir():
@@ -844,7 +845,7 @@ async def test_log_write_error_is_reported_and_retried(make_ack: MakeAck,
             raise failures.pop()
         return real_run(self, job)
 
-    q._store.run = flaky_run.__get__(q._store)  # type: ignore[method-assign]
+    q._pump._store.run = flaky_run.__get__(q._pump._store)  # type: ignore[method-assign]
     with pytest.raises(DiskQueueError, match="No space left on device") as info:
         await q.put(b"later", delay=1.0)
     assert isinstance(info.value.__cause__, OSError)
@@ -895,3 +896,43 @@ async def test_damaged_record_read_when_due_is_dropped(make_ack: MakeAck, tmp_pa
     assert m.body == b"fine"
     assert "lost: its ack log record is damaged" in caplog.text
     assert q.statistics().deferred == 0 and q.qsize() == 0
+
+
+async def test_takes_every_diskqueue_option_with_the_same_defaults(make_ack: MakeAck) -> None:
+    import inspect
+
+    from aiodiskqueue import DiskQueue
+
+    core = {k: p.default for k, p in inspect.signature(DiskQueue).parameters.items()
+            if p.kind is p.KEYWORD_ONLY}
+    ack = inspect.signature(AckQueue).parameters
+    assert {k: ack[k].default for k in core} == core
+    q = await make_ack(strict=True, spin_us=0, max_attempts=2)
+    await q.put(b"x")
+    assert (await get(q)).body == b"x"
+
+
+async def test_refuses_an_unknown_option_by_name(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="maxinflight"):
+        AckQueue(tmp_path, "q", maxinflight=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="spin_us"):
+        AckQueue(tmp_path, "q", spin_us=-1)
+
+
+async def test_empty_qsize_and_len_agree(make_ack: MakeAck, clock: ManualClock) -> None:
+    q = await make_ack()
+    await q.put(b"ready")
+    await q.put(b"later", delay=5.0)
+    await q.put(b"taken")
+    assert (q.qsize(), len(q), q.empty()) == (2, 2, False)
+    m = await get(q)
+    n = await get(q)
+    # one in flight, one deferred, none ready: counted by statistics(), not by qsize()
+    await m.finish()
+    st = q.statistics()
+    assert (q.qsize(), len(q), q.empty()) == (0, 0, True)
+    assert (st.depth, st.in_flight, st.deferred) == (0, 1, 1)
+    await n.requeue()
+    assert (q.qsize(), len(q), q.empty()) == (1, 1, False)
+    clock.advance(5.0)
+    assert (q.qsize(), q.empty()) == (2, False)

@@ -39,7 +39,7 @@ class LogState(enum.Enum):
     ELIDED = 3  # finished before it was encoded: never written
 
 
-class State(enum.Enum):
+class EntryState(enum.Enum):
     """Where an entry is in its delivery life cycle."""
 
     READY = "ready"  # due, body in memory, waiting for a consumer
@@ -80,7 +80,7 @@ class Entry:
         self.body = body  # None while only on disk
         self.loc: Loc | None = None
         self.log_state = LogState.PENDING
-        self.state = State.READY
+        self.state = EntryState.READY
         self.ver = 0  # bumped on each state change: older heap items are stale
         self.msg: Any = None  # the Message of the current delivery
         self.built = -1  # the build number that encoded the E record
@@ -165,7 +165,7 @@ class Journal:
         return fut
 
     def _forget(self, e: Entry) -> None:
-        e.state = State.GONE
+        e.state = EntryState.GONE
         self.entries.pop(e.key, None)
         if e.loc is not None:
             seg = self.segs.get(e.loc[0])
@@ -196,7 +196,7 @@ class Journal:
                 e.built = b
             elif kind == "U":
                 e = obj
-                if e.state is State.GONE or e.built == b:
+                if e.state is EntryState.GONE or e.built == b:
                     continue
                 out.append(update_record(e.key, e.due_ns, e.attempts))
             elif kind == "D":
@@ -250,7 +250,7 @@ class Journal:
             if e.log_state is not LogState.WRITING:
                 continue
             e.log_state = LogState.WRITTEN
-            if e.state is State.GONE:
+            if e.state is EntryState.GONE:
                 continue  # finished while being written: its bytes are dead
             self._place(e, res.locs[idx])
             done.append(e)

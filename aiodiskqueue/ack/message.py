@@ -1,0 +1,147 @@
+"""One delivery of an :class:`~aiodiskqueue.AckQueue` message: :class:`Message`."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from types import TracebackType
+from typing import TYPE_CHECKING, final
+
+from .journal import Entry
+
+if TYPE_CHECKING:
+    from .queue import AckQueue
+
+log = logging.getLogger("aiodiskqueue")
+
+
+class DeliveryState(enum.Enum):
+    """Where one delivery stands; only ``IN_FLIGHT`` accepts finish, requeue or touch."""
+
+    IN_FLIGHT = "in flight"
+    FINISHED = "already finished"
+    REQUEUED = "already requeued"
+    TIMED_OUT = "timed out and requeued"
+    DEAD = "dead-lettered"
+
+
+@final
+class Message:
+    """One delivery of a message: finish it, requeue it or touch it while it is in flight.
+
+    ``id`` (16 hex characters), ``body``, ``attempts`` (deliveries so far,
+    including this one) and ``timestamp`` (ns since the epoch) are plain
+    attributes. The timestamp is the put's with ``format="nsq"`` and for a
+    deferred put; a raw data record carries none, so its id and timestamp are
+    given when it is first taken out of the data queue (and kept from then on,
+    once the ack log holds it).
+
+    ``async with msg:`` finishes the message when the block succeeds. When the
+    block raises an ``Exception`` the message is requeued with a backoff delay
+    (:meth:`AckQueue.backoff`), the failure is logged, and the exception
+    propagates: a handler's bug is never hidden. A worker loop that should go on
+    after a failed message catches it around the block (see the README).
+    Cancellation and other ``BaseException`` requeue at once, without delay,
+    and propagate too.
+    """
+
+    __slots__ = (
+        "_deadline",
+        "_delivered_at",
+        "_entry",
+        "_gen",
+        "_q",
+        "_state",
+        "_timeout",
+        "attempts",
+        "body",
+        "id",
+        "timestamp",
+    )
+
+    def __init__(self, q: AckQueue, entry: Entry, now: float, timeout: float) -> None:
+        self.id: str = entry.msg_id.decode("latin-1")
+        self.body: bytes = entry.body or b""
+        self.attempts: int = entry.attempts
+        self.timestamp: int = entry.timestamp
+        self._q = q
+        self._entry = entry
+        self._state = DeliveryState.IN_FLIGHT
+        self._delivered_at = now
+        self._timeout = timeout
+        self._deadline = now + timeout
+        self._gen = 0
+
+    @property
+    def in_flight(self) -> bool:
+        """True until the message is finished, requeued or timed out."""
+        return self._state is DeliveryState.IN_FLIGHT
+
+    @property
+    def deadline(self) -> float:
+        """When the message times out, on the queue's clock (``Clock.monotonic``)."""
+        return self._deadline
+
+    async def finish(self) -> None:
+        """NSQ FIN: the message is done and never delivered again.
+
+        With ``sync_every=1`` returns once this is durable; otherwise it is
+        durable at the next commit (and written to the OS within a hop).
+
+        Raises MessageNotInFlight if the message is not in flight any more,
+        QueueClosed if the queue was closed, DiskQueueError if the commit fails.
+        """
+        q = self._q
+        q._finish(self)
+        if q._sync_every == 1:
+            await q._pump.wait_log_sync()
+
+    async def requeue(self, delay: float = 0.0) -> None:
+        """NSQ REQ: put the message back, to be delivered again after ``delay`` seconds.
+
+        Attempts are kept. With ``sync_every=1`` returns once this is durable.
+
+        Raises ValueError if ``delay`` is negative or above ``max_delay``,
+        MessageNotInFlight if the message is not in flight any more, QueueClosed
+        if the queue was closed.
+        """
+        q = self._q
+        q._requeue(self, delay)
+        if q._sync_every == 1:
+            await q._pump.wait_log_sync()
+
+    async def touch(self) -> None:
+        """NSQ TOUCH: push the deadline out by the delivery's ``msg_timeout``.
+
+        The new deadline is now + ``msg_timeout``, capped at the delivery time +
+        ``max_msg_timeout``, as in nsqd.
+
+        Raises MessageNotInFlight if the message is not in flight any more,
+        QueueClosed if the queue was closed.
+        """
+        self._q._touch(self)
+
+    async def __aenter__(self) -> Message:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        failed = exc_type is not None and issubclass(exc_type, Exception)
+        if failed:
+            log.warning("message %s (attempt %d) failed; requeued", self.id, self.attempts,
+                        exc_info=(exc_type, exc, tb))  # type: ignore[arg-type]
+        if self._state is not DeliveryState.IN_FLIGHT or not self._q._is_open():
+            if self._state is DeliveryState.TIMED_OUT:
+                log.warning("message %s timed out before its handler ended; it was "
+                            "requeued and may be delivered again", self.id)
+            return
+        if exc_type is None:
+            await self.finish()
+        elif failed:
+            await self.requeue(self._q.backoff(self.attempts))
+        else:  # cancelled or interrupted: not the message's fault, no delay, no await
+            self._q._requeue(self, 0.0)
+
+    def __repr__(self) -> str:
+        return (f"<Message {self.id} attempts={self.attempts} {self._state.value} "
+                f"body={len(self.body)} bytes>")
