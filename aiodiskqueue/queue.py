@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, final
 
 from ._core.engine import Engine, State
-from ._core.options import Options, Statistics, as_bytes, check_name
+from ._core.options import DEFAULTS, Options, Statistics, as_bytes, check_name
 from ._format.layout import Layout
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
 
@@ -43,16 +43,16 @@ class DiskQueue:
         directory: str | os.PathLike[str],
         name: str,
         *,
-        max_bytes_per_file: int = 100 * 2**20,
-        min_msg_size: int = 0,
-        max_msg_size: int = 2**20,
-        sync_every: int = 2500,
-        sync_interval: float = 2.0,
-        maxsize: int = 0,
-        read_buffer_bytes: int = 4 * 2**20,
-        write_buffer_bytes: int = 16 * 2**20,
-        strict: bool = False,
-        spin_us: int = 100,
+        max_bytes_per_file: int = DEFAULTS.max_bytes_per_file,
+        min_msg_size: int = DEFAULTS.min_msg_size,
+        max_msg_size: int = DEFAULTS.max_msg_size,
+        sync_every: int = DEFAULTS.sync_every,
+        sync_interval: float = DEFAULTS.sync_interval,
+        maxsize: int = DEFAULTS.maxsize,
+        read_buffer_bytes: int = DEFAULTS.read_buffer_bytes,
+        write_buffer_bytes: int = DEFAULTS.write_buffer_bytes,
+        strict: bool = DEFAULTS.strict,
+        spin_us: int = DEFAULTS.spin_us,
     ) -> None:
         opts = Options(
             max_bytes_per_file=max_bytes_per_file,

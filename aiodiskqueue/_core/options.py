@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Final
 
 MiB = 1 << 20
 
@@ -96,6 +97,10 @@ class Options:
         integer("spin_us", self.spin_us, 0, 1_000_000)
         if not isinstance(self.strict, bool):
             raise TypeError(f"strict must be a bool, got {type(self.strict).__name__}")
+
+
+DEFAULTS: Final = Options()
+"""Every option's default: the one place DiskQueue, AckQueue, Spark and the broker read them."""
 
 
 @dataclass(frozen=True, slots=True)

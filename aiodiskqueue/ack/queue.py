@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Literal, final
 
-from .._core.options import Options
+from .._core.options import DEFAULTS
 from .._format import nsq
 from ..errors import DiskQueueError, MessageNotInFlight, MessageSizeError, QueueClosed, QueueEmpty
 from ..queue import DiskQueue
@@ -32,7 +32,6 @@ log = logging.getLogger("aiodiskqueue")
 
 _NO_SYNC_EVERY = 2**62  # the data queue stores its position only in our commits
 _NO_SYNC_INTERVAL = 1e9
-_CORE = Options()  # the data queue's option defaults: one owner, _core.options
 
 
 class QueueState(enum.Enum):
@@ -85,16 +84,16 @@ class AckQueue:
         format: Literal["raw", "nsq"] = "raw",
         clock: Clock | None = None,
         log_segment_bytes: int = 8 * 2**20,
-        max_bytes_per_file: int = _CORE.max_bytes_per_file,
-        min_msg_size: int = _CORE.min_msg_size,
-        max_msg_size: int = _CORE.max_msg_size,
-        sync_every: int = _CORE.sync_every,
-        sync_interval: float = _CORE.sync_interval,
-        maxsize: int = _CORE.maxsize,
-        read_buffer_bytes: int = _CORE.read_buffer_bytes,
-        write_buffer_bytes: int = _CORE.write_buffer_bytes,
-        strict: bool = _CORE.strict,
-        spin_us: int = _CORE.spin_us,
+        max_bytes_per_file: int = DEFAULTS.max_bytes_per_file,
+        min_msg_size: int = DEFAULTS.min_msg_size,
+        max_msg_size: int = DEFAULTS.max_msg_size,
+        sync_every: int = DEFAULTS.sync_every,
+        sync_interval: float = DEFAULTS.sync_interval,
+        maxsize: int = DEFAULTS.maxsize,
+        read_buffer_bytes: int = DEFAULTS.read_buffer_bytes,
+        write_buffer_bytes: int = DEFAULTS.write_buffer_bytes,
+        strict: bool = DEFAULTS.strict,
+        spin_us: int = DEFAULTS.spin_us,
     ) -> None:
         self._name = name
         self._directory = os.fspath(directory)
