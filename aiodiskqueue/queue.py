@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, final
 
-from ._core.engine import Engine, State
+from ._core.buffers import Lifecycle
+from ._core.engine import Engine
 from ._core.options import DEFAULTS, Options, Statistics, as_bytes, check_name
 from ._format.layout import Layout
-from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
+from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueFull
 
-_OPEN = State.OPEN
+_OPEN = Lifecycle.OPEN
 
 
 @final
@@ -84,7 +85,7 @@ class DiskQueue:
         return q
 
     async def __aenter__(self) -> DiskQueue:
-        if self._e.state is State.NEW:
+        if self._e.state is Lifecycle.NEW:
             await self._e.start()
         return self
 
@@ -103,14 +104,9 @@ class DiskQueue:
         sync runs to completion even if the caller is cancelled.
         """
         e = self._e
+        e.begin_close()
         if e.task is None:
-            e.state = State.CLOSED if e.state is State.NEW else e.state
             return
-        if e.state in (State.OPEN, State.SHUTDOWN):
-            e.state = State.CLOSING
-            e.wake_all_getters()
-            e.wake_all_putters()
-            e.request_exit()
         await asyncio.shield(e.task)
 
     def shutdown(self, immediate: bool = False) -> None:
@@ -120,16 +116,11 @@ class DiskQueue:
         at once. Either way nothing stored is deleted: the messages stay on disk
         for the next open. Call ``aclose()`` afterwards to release the files.
         """
-        e = self._e
-        if e.state is State.OPEN:
-            e.state = State.SHUTDOWN
-        e.shutdown_immediate = e.shutdown_immediate or immediate
-        e.wake_all_getters()
-        e.wake_all_putters()
+        self._e.shutdown(immediate)
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         e = getattr(self, "_e", None)
-        if e is not None and e.state in (State.OPEN, State.SHUTDOWN):
+        if e is not None and e.state in (Lifecycle.OPEN, Lifecycle.SHUTDOWN):
             _warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
     def __repr__(self) -> str:
@@ -153,35 +144,12 @@ class DiskQueue:
         e = self._e
         data = as_bytes(item)
         n = len(data)
-        if n < e.min_size or n > e.max_size:
-            raise MessageSizeError(n, e.min_size, e.max_size)
-        if e.state is not State.OPEN:
-            raise e.closed_error()
+        e.check_put(n)
         if e.maxsize and e.depth + e.unwritten >= e.maxsize:
             raise QueueFull(f"queue is at maxsize={e.maxsize}")
         if e.pending_bytes >= e.opts.write_buffer_bytes:
             raise QueueFull(f"write buffer is full ({e.pending_bytes} bytes pending)")
-        self._accept(e, [data], n + 4)
-
-    @staticmethod
-    def _accept(e: Engine, datas: list[bytes], nbytes: int,
-                waiter: asyncio.Future[None] | None = None) -> None:
-        """Add messages (``nbytes`` as records) and their waiter, if any, to the pending
-        batch. If the batch was empty, wake the ioLoop, or let the engine send it to
-        the write lane at once (a busy ioLoop looks at it after its hop anyway)."""
-        was_empty = not e.pending
-        e.pending.extend(datas)
-        e.pending_bytes += nbytes
-        e.unwritten += len(datas)
-        e.puts += len(datas)
-        if waiter is not None:
-            e.put_waiters.append(waiter)
-        if was_empty:
-            if e.lane is not None:
-                e.kick()
-            pr = e.put_req
-            if pr is not None and not pr.done():
-                pr.set_result(None)
+        e.accept([data], n + 4)
 
     async def put(self, item: bytes | bytearray | memoryview) -> None:
         """Put ``item`` at the end of the queue.
@@ -201,11 +169,11 @@ class DiskQueue:
         if n < e.min_size or n > e.max_size:
             raise MessageSizeError(n, e.min_size, e.max_size)
         if e.maxsize:
-            await self._wait_not_full(e)
+            await e.wait_not_full()
         if e.state is not _OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        self._accept(e, [data], n + 4, fut)
+        e.accept([data], n + 4, fut)
         await fut
 
     async def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:
@@ -221,7 +189,7 @@ class DiskQueue:
         if not all(type(d) is bytes for d in datas):
             datas = [as_bytes(d) for d in datas]
         if not datas:
-            if e.state is not State.OPEN:
+            if e.state is not _OPEN:
                 raise e.closed_error()
             return
         lens = list(map(len, datas))
@@ -229,31 +197,11 @@ class DiskQueue:
         if min(lens) < lo or max(lens) > hi:
             bad = next(n for n in lens if n < lo or n > hi)
             raise MessageSizeError(bad, lo, hi)
-        if e.state is not State.OPEN:
+        if e.state is not _OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        self._accept(e, datas, sum(lens) + 4 * len(lens), fut)
+        e.accept(datas, sum(lens) + 4 * len(lens), fut)
         await fut
-
-    async def _wait_not_full(self, e: Engine) -> None:
-        while e.depth + e.unwritten >= e.maxsize and e.state is State.OPEN:
-            fut = e.loop.create_future()  # type: ignore[union-attr]
-            e.putters.append(fut)
-            try:
-                await fut
-            except BaseException:
-                fut.cancel()
-                try:
-                    e.putters.remove(fut)
-                except ValueError:
-                    pass
-                # Pass on a wake-up this cancelled waiter received, so room is not wasted.
-                woken = fut.done() and not fut.cancelled()
-                if woken and e.putters and e.depth + e.unwritten < e.maxsize:
-                    w = e.putters.popleft()
-                    if not w.done():
-                        w.set_result(None)
-                raise
 
     # ------------------------------------------------------------------ get
 
@@ -264,49 +212,7 @@ class DiskQueue:
         disk: ``get()`` waits for it), QueueClosed if the queue is closed or
         shut down and drained.
         """
-        e = self._e
-        ready = e.ready
-        if not ready:
-            if e.corruption is not None:
-                raise e.corruption
-            if e.state is State.OPEN and not e.shutdown_immediate:
-                raise QueueEmpty()
-            if e.state is State.SHUTDOWN and not e.shutdown_immediate and e.qsize():
-                raise QueueEmpty()
-            raise e.closed_error()
-        if e.state is not State.OPEN and (e.shutdown_immediate or e.state is not State.SHUTDOWN):
-            raise e.closed_error()
-        payload, e.read_file, e.read_pos = ready.popleft()
-        e.ready_bytes -= len(payload)
-        e.depth -= 1
-        e.gets += 1
-        e.since_sync += 1
-        if (e.ready_bytes <= e.refill_at or e.since_sync >= e.sync_every or e.putters
-                or e.state is not State.OPEN):
-            self._after_take(e)
-        return payload
-
-    @staticmethod
-    def _after_take(e: Engine) -> None:
-        """Wake whoever waits on room or on a read: the rare part of taking messages."""
-        if e.ready_bytes <= e.refill_at:
-            e.refill_at = -1
-            rs = e.read_slot
-            if rs is not None and not rs.done():
-                rs.set_result(None)
-        if e.since_sync >= e.sync_every:
-            sr = e.sync_req
-            if sr is not None and not sr.done():
-                sr.set_result(None)
-        if e.putters:
-            room = e.maxsize - e.qsize()
-            while e.putters and room > 0:
-                w = e.putters.popleft()
-                if not w.done():
-                    w.set_result(None)
-                    room -= 1
-        if e.state is State.SHUTDOWN and not e.qsize():
-            e.wake_all_getters()  # drained: blocked getters raise QueueClosed now
+        return self._e.take()
 
     async def get(self) -> bytes:
         """Remove and return the oldest message, waiting until one is available.
@@ -319,30 +225,9 @@ class DiskQueue:
         nothing is renamed or skipped, and puts keep working.
         """
         e = self._e
-        while not e.ready:
-            if e.corruption is not None:
-                raise e.corruption
-            if e.state is not State.OPEN and (
-                e.state is not State.SHUTDOWN or e.shutdown_immediate or not e.qsize()
-            ):
-                raise e.closed_error()
-            fut = e.loop.create_future()  # type: ignore[union-attr]
-            e.getters.append(fut)
-            try:
-                await fut
-            except BaseException:
-                fut.cancel()
-                try:
-                    e.getters.remove(fut)
-                except ValueError:
-                    pass
-                # This waiter was woken but will not take the message: wake the next one.
-                if e.ready and fut.done() and not fut.cancelled() and e.getters:
-                    w = e.getters.popleft()
-                    if not w.done():
-                        w.set_result(None)
-                raise
-        return self.get_nowait()
+        if not e.ready:
+            await e.wait_ready()
+        return e.take()
 
     async def get_many(self, max_items: int) -> list[bytes]:
         """Return between 1 and ``max_items`` messages, waiting for the first one.
@@ -351,31 +236,18 @@ class DiskQueue:
         """
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
-        first = await self.get()
-        e = self._e
-        ready = e.ready
-        k = min(max_items - 1, len(ready))
-        if k <= 0:
-            return [first]
-        # Take the rest in bulk: the same bookkeeping as k get_nowait() calls.
-        popleft = ready.popleft
-        taken = [popleft() for _ in range(k)]
-        out = [first]
-        out.extend([r[0] for r in taken])
-        _, e.read_file, e.read_pos = taken[-1]
-        e.ready_bytes -= sum(map(len, out)) - len(first)
-        e.depth -= k
-        e.gets += k
-        e.since_sync += k
-        self._after_take(e)
+        out = [await self.get()]
+        if max_items > 1:
+            self._e.take_more(out, max_items - 1)
         return out
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self
 
     async def __anext__(self) -> bytes:
-        if self._e.ready and self._e.state is State.OPEN:
-            return self.get_nowait()
+        e = self._e
+        if e.ready and e.state is _OPEN:
+            return e.take()
         try:
             return await self.get()
         except QueueClosed:
@@ -423,16 +295,9 @@ class DiskQueue:
         last ``sync()`` failed; QueueClosed if the queue is closed.
         """
         e = self._e
-        if e.state not in (State.OPEN, State.SHUTDOWN):
-            raise e.closed_error()
-        fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.sync_waiters.append(fut)
-        sr = e.sync_req
-        if sr is not None and not sr.done():
-            sr.set_result(None)
-        await fut
-        if e.write_error is not None:
-            err, e.write_error = e.write_error, None
+        await e.request_sync()
+        err = e.take_write_error()
+        if err is not None:
             raise err
 
     async def purge(self) -> None:
@@ -444,44 +309,12 @@ class DiskQueue:
         Raises QueueClosed if the queue is closed, DiskQueueError on I/O errors.
         """
         e = self._e
-        if e.state not in (State.OPEN, State.SHUTDOWN):
-            raise e.closed_error()
-        # Pending puts count as stored-then-purged: they return normally.
-        dropped, waiters = e.pending, e.put_waiters
-        e.pending, e.put_waiters, e.pending_bytes = [], [], 0
-        e.unwritten -= len(dropped)
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
-        e.ready.clear()
-        e.ready_bytes = 0
-        e.epoch += 1
-        fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.purge_waiters.append(fut)
-        pr = e.purge_req
-        if pr is not None and not pr.done():
-            pr.set_result(None)
-        await fut
+        await e.request_purge()
         e.wake_all_putters()
 
     def statistics(self) -> Statistics:
         """A frozen snapshot of positions, depth and counters."""
-        e = self._e
-        return Statistics(
-            depth=e.qsize(),
-            read_file_num=e.read_file,
-            read_pos=e.read_pos,
-            write_file_num=e.write_at[0],
-            write_pos=e.write_at[1],
-            bad_files=e.bad_files,
-            bytes_on_disk=e.bytes_on_disk,
-            puts=e.puts,
-            gets=e.gets,
-            syncs=e.syncs,
-            ready=len(e.ready),
-            pending_writes=e.unwritten,
-            recovered=e.recovered,
-        )
+        return self._e.statistics()
 
 
 __all__ = ["DiskQueue", "DiskQueueError"]

@@ -23,7 +23,8 @@ FLOORS = {
 }
 # parts that must not reach the engine even though their floor would allow it
 ENGINE_FREE = {"spark", "tools", "_format"}
-ENGINE = {"_core.engine", "_core.store", "_core.lane", "_core.iothread", "_core.recovery",
+ENGINE = {"_core.engine", "_core.buffers", "_core.store", "_core.lane", "_core.iothread",
+          "_core.recovery",
           "queue"}
 
 

@@ -15,7 +15,6 @@ only in-memory state held here; every file operation goes through the engine.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
 from collections import deque
@@ -26,9 +25,9 @@ from .._format.codec import HEADER_SIZE, index
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
-from .._format.scan import Record
-from ..errors import CorruptionError, DiskQueueError, QueueClosed
+from ..errors import DiskQueueError
 from . import lane as _lane
+from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
 from .iothread import Hop, IOThread
 from .options import Options
 from .store import Job, JobResult, OpenState, SegmentStore
@@ -40,34 +39,6 @@ log = logging.getLogger("aiodiskqueue")
 # Splitting one pending batch into two pipelined hops was measured slower: the I/O
 # thread then waits for the GIL while the loop wakes producers.
 _MAX_FLIGHTS = 2
-
-
-class State(enum.Enum):
-    """Life cycle of a queue object."""
-
-    NEW = "new"
-    OPEN = "open"
-    SHUTDOWN = "shutdown"  # no more puts; gets drain what is left
-    CLOSING = "closing"
-    CLOSED = "closed"
-    BROKEN = "broken"  # the engine failed; every call raises
-
-
-def _wake(fut: asyncio.Future[Any] | None) -> None:
-    if fut is not None and not fut.done():
-        fut.set_result(None)
-
-
-def _fail(waiters: list[asyncio.Future[None]], exc: BaseException) -> None:
-    for w in waiters:
-        if not w.done():
-            w.set_exception(exc)
-
-
-def _succeed(waiters: list[asyncio.Future[None]]) -> None:
-    for w in waiters:
-        if not w.done():
-            w.set_result(None)
 
 
 @dataclass(slots=True)
@@ -91,59 +62,11 @@ class _LaneWrite:
     total: int  # bytes, headers included
 
 
-class Engine:
-    """State of one open queue, and the task that moves it to and from disk."""
+class Engine(QueueBuffers):
+    """The task that moves one open queue's buffers to and from disk."""
 
     def __init__(self, layout: Layout, opts: Options) -> None:
-        self.layout = layout
-        self.opts = opts
-        self.min_size = opts.min_msg_size
-        self.max_size = opts.max_msg_size
-        self.sync_every = opts.sync_every
-        self.maxsize = opts.maxsize
-        self.state = State.NEW
-        self.shutdown_immediate = False
-        self.error: BaseException | None = None  # why the queue is BROKEN
-        self.write_error: DiskQueueError | None = None  # a put_nowait batch that failed
-
-        # Write side: accepted, not yet written. ``unwritten`` also counts the batch in flight.
-        self.pending: list[bytes] = []
-        self.pending_bytes = 0
-        self.put_waiters: list[asyncio.Future[None]] = []
-        self.unwritten = 0
-        self.write_at = (0, 0)
-
-        # Read side: read ahead, not yet taken. Each entry is (payload, file_num, end_pos).
-        self.ready: deque[Record] = deque()
-        self.ready_bytes = 0
-        self.low_water = opts.read_buffer_bytes // 2
-        self.read_at = (0, 0)  # read-ahead cursor
-        self.read_file = 0  # consumer position: just past the last message taken
-        self.read_pos = 0
-        self.depth = 0  # written and not yet taken (ready messages included)
-        self.epoch = 0  # bumped by purge: results of older hops are stale
-
-        self.getters: deque[asyncio.Future[None]] = deque()
-        self.putters: deque[asyncio.Future[None]] = deque()  # blocked by maxsize
-        self.sync_waiters: list[asyncio.Future[None]] = []
-        self.purge_waiters: list[asyncio.Future[None]] = []
-        self.since_sync = 0
-
-        self.puts = 0
-        self.gets = 0
-        self.syncs = 0
-        self.bad_files = 0
-        self.bytes_on_disk = 0
-        self.recovered = 0
-
-        self.put_req: asyncio.Future[None] | None = None
-        self.sync_req: asyncio.Future[None] | None = None
-        self.purge_req: asyncio.Future[None] | None = None
-        self.exit_req: asyncio.Future[None] | None = None
-        self.read_slot: asyncio.Future[None] | None = None
-        # get_nowait() sets the read slot once ready_bytes falls to this; -1 while no
-        # armed slot waits (the busy engine checks for reads after every hop itself).
-        self.refill_at = -1
+        super().__init__(layout, opts)
         self.timer: asyncio.Future[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
         self._sync_due_at = 0.0
@@ -155,7 +78,6 @@ class Engine:
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
                                   opts.max_msg_size, opts.strict)
-        self.corruption: CorruptionError | None = None  # strict mode: reading stopped here
         self.lock = QueueLock(layout.lock_path)
         self.io: IOThread | None = None
         self.lane: _lane.WriteLane | None = None
@@ -164,7 +86,6 @@ class Engine:
         self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
         self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
         self.task: asyncio.Task[None] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ start / stop
 
@@ -180,7 +101,7 @@ class Engine:
         except BaseException as exc:
             self.io.stop()
             self.io = None
-            self.state = State.CLOSED
+            self.state = Lifecycle.CLOSED
             if isinstance(exc, OSError):
                 raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
                                      f"{self.layout.directory!r}: {exc}") from exc
@@ -204,9 +125,12 @@ class Engine:
         if _lane.available():
             try:
                 self.lane = _lane.WriteLane(loop, self.opts.spin_us)
+                self.native_lane = True
             except OSError as exc:  # e.g. out of eventfds: the I/O thread writes instead
                 log.warning("%s: native write lane unavailable: %s", self.layout.meta_path, exc)
-        self.state = State.OPEN
+        self.state = Lifecycle.OPEN
+        log.debug("%s: opened, depth %d, write path %s", self.layout.meta_path, self.depth,
+                  "native write lane" if self.native_lane else "Python I/O thread")
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
 
     def _open_blocking(self) -> OpenState:
@@ -220,10 +144,6 @@ class Engine:
             self.store.close()
             self.lock.release()
             raise
-
-    def request_exit(self) -> None:
-        """Ask the ioLoop to flush, sync and stop."""
-        _wake(self.exit_req)
 
     # ------------------------------------------------------------------ the loop
 
@@ -251,7 +171,7 @@ class Engine:
                     self._complete(flights.popleft())
                     busy = True
                     continue
-                if self.state is State.CLOSING:
+                if self.state is Lifecycle.CLOSING:
                     break
                 self._parked = True
                 try:
@@ -309,14 +229,14 @@ class Engine:
                 return
         elif not self._parked:
             return
-        if (self.state not in (State.OPEN, State.SHUTDOWN) or self.purge_waiters
+        if (self.state not in (Lifecycle.OPEN, Lifecycle.SHUTDOWN) or self.purge_waiters
                 or self._kick_error is not None):
             return
         try:
             flight = self._next_flight()
         except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
             self._kick_error = exc
-            _wake(self.put_req)
+            wake(self.put_req)
             return
         if flight is not None:
             flights.append(flight)
@@ -340,7 +260,7 @@ class Engine:
     def _lane_fits(self, pos: int, size: int, sync: bool) -> bool:
         """Can a batch of ``size`` bytes go to the write lane as an append at ``pos``
         (followed by an fdatasync if ``sync``)?"""
-        if self.lane is None or self._lane_error is not None or self.state is State.CLOSING:
+        if self.lane is None or self._lane_error is not None or self.state is Lifecycle.CLOSING:
             return False
         st = self.store
         if st.writer_fd is None or (sync and st.dir_dirty):
@@ -417,8 +337,8 @@ class Engine:
                 if not flight.fut.done():
                     await asyncio.wait([flight.fut])
                 self._complete(self._flights.popleft())
-            if self.state is not State.BROKEN:
-                self.state = State.CLOSING
+            if self.state is not Lifecycle.BROKEN:
+                self.state = Lifecycle.CLOSING
                 for _ in range(3):  # pending writes, then the final sync; no endless retry
                     if (job := self._build_job(pipelined=False)) is None:
                         break
@@ -429,6 +349,7 @@ class Engine:
         if self.lane is not None:
             self.lane.close()
             self.lane = None
+            self.native_lane = False
         try:
             await io.run(self.store.close)
         except BaseException:
@@ -438,12 +359,12 @@ class Engine:
         if self._timer_handle is not None:
             self._timer_handle.cancel()
         self.io = None
-        if self.state is not State.BROKEN:
-            self.state = State.CLOSED
+        if self.state is not Lifecycle.BROKEN:
+            self.state = Lifecycle.CLOSED
         err = self.closed_error()
         for group in (self.put_waiters, self._batch_waiters, self.sync_waiters,
                       self.purge_waiters):
-            _fail(group, err)
+            fail(group, err)
         self.wake_all_getters()
         self.wake_all_putters()
 
@@ -476,7 +397,7 @@ class Engine:
             self.since_sync += len(job.payloads)
         else:
             self._batch_waiters = []
-        closing = self.state is State.CLOSING
+        closing = self.state is Lifecycle.CLOSING
         dirty = self.since_sync > 0 or self._meta_changed()
         force = (self._force_meta or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
@@ -537,7 +458,7 @@ class Engine:
                 self.since_sync = max(0, self.since_sync - n)
                 if not batch:
                     self.write_error = err
-                _fail(batch, err)
+                fail(batch, err)
             else:
                 if not stale:
                     self.depth += n
@@ -549,24 +470,24 @@ class Engine:
                     err = DiskQueueError(f"fsync failed; {n} message(s) written but not "
                                          f"known to be durable: {res.sync_error}")
                     err.__cause__ = res.sync_error
-                    _fail(batch, err)
+                    fail(batch, err)
                 else:
-                    _succeed(batch)
+                    succeed(batch)
             for _ in range(min(len(self.putters), max(0, self.maxsize - self.qsize()))
                            if self.maxsize else 0):
-                _wake(self.putters.popleft())
+                wake(self.putters.popleft())
         # A lane write that failed never reached its fdatasync (and carries no sync waiters).
         if job.sync and (flight.lane is None or res.write_error is None):
             if res.synced:
                 self.syncs += 1
                 if res.meta is not None:
                     self._last_meta = res.meta
-                _succeed(syncs)
+                succeed(syncs)
             else:
                 err = DiskQueueError(f"sync of {self.layout.meta_path} failed: {res.sync_error}")
                 err.__cause__ = res.sync_error
                 log.error("%s", err)  # retried by the timer, one interval later
-                _fail(syncs, err)
+                fail(syncs, err)
         if res.read_error is not None:
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
@@ -596,7 +517,7 @@ class Engine:
             self.depth = len(self.ready)
         if self.ready and self.getters:
             for _ in range(min(len(self.ready), len(self.getters))):
-                _wake(self.getters.popleft())
+                wake(self.getters.popleft())
 
     async def _idle(self) -> None:
         loop = self.loop
@@ -608,7 +529,7 @@ class Engine:
                 fut = loop.create_future()
                 setattr(self, name, fut)
             waits.append(fut)
-        if self.state is State.CLOSING:
+        if self.state is Lifecycle.CLOSING:
             return
         # The read slot is armed only while unread data waits on disk.
         if self.read_at < self.write_at and self.corruption is None:
@@ -622,7 +543,7 @@ class Engine:
             if self.timer is None or self.timer.done():
                 self.timer = loop.create_future()
                 delay = max(0.0, self._sync_due_at - loop.time())
-                self._timer_handle = loop.call_later(delay, _wake, self.timer)
+                self._timer_handle = loop.call_later(delay, wake, self.timer)
             waits.append(self.timer)
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         self.refill_at = -1
@@ -635,44 +556,13 @@ class Engine:
         except OSError as exc:
             err = DiskQueueError(f"purge of {self.layout.meta_path} failed: {exc}")
             err.__cause__ = exc
-            _fail(waiters, err)
+            fail(waiters, err)
             return
-        self.ready.clear()
-        self.ready_bytes = 0
-        self.depth = 0
-        self.read_file, self.read_pos = meta.read
-        self.read_at = meta.read
-        self.write_at = meta.write
+        self.purged(meta)
         self._last_meta = meta
         self.bytes_on_disk = self.store.bytes_on_disk
-        _succeed(waiters)
+        succeed(waiters)
 
     def _break(self, exc: BaseException) -> None:
-        self.state = State.BROKEN
+        self.state = Lifecycle.BROKEN
         self.error = exc
-
-    # ------------------------------------------------------------------ helpers for the API
-
-    def qsize(self) -> int:
-        """Messages accepted and not yet taken."""
-        return self.depth + self.unwritten
-
-    def closed_error(self) -> DiskQueueError:
-        """The error for a call on a queue that is not open."""
-        if self.state is State.BROKEN:
-            return DiskQueueError(f"queue {self.layout.name!r} is broken: {self.error!r}")
-        if self.state is State.NEW:
-            return QueueClosed(f"queue {self.layout.name!r} is not open yet")
-        if self.state is State.SHUTDOWN:
-            return QueueClosed(f"queue {self.layout.name!r} is shut down")
-        return QueueClosed(f"queue {self.layout.name!r} is closed")
-
-    def wake_all_getters(self) -> None:
-        """Wake every blocked get() so it can see a state change."""
-        while self.getters:
-            _wake(self.getters.popleft())
-
-    def wake_all_putters(self) -> None:
-        """Wake every put() blocked on maxsize so it can see a state change."""
-        while self.putters:
-            _wake(self.putters.popleft())

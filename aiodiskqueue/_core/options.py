@@ -126,3 +126,5 @@ class Statistics:
     """Messages accepted but not yet written to the OS."""
     recovered: int
     """Records found on open past the meta file's write position."""
+    write_path: str
+    """Who appends records: ``"native"`` (the C write lane) or ``"python"`` (the I/O thread)."""

@@ -1,5 +1,5 @@
-"""Synchronous segment I/O for one queue: recovery on open, batched writes,
-read-ahead, sync, deletion and purge.
+"""Synchronous segment I/O for one open queue: batched writes, read-ahead, sync,
+deletion and purge (recovery on open is :mod:`.recovery`).
 
 Everything here runs on the queue's I/O thread; nothing else touches these file
 descriptors. The event loop side (``engine``) sends one :class:`Job` per hop
@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass, field
 
 from .._format.codec import HEADER, frame, index
-from .._format.layout import Layout, fsync_dir
-from .._format.meta import Meta, load_meta, store_meta
-from .._format.scan import BAD_LENGTH, Record, read_span, scan_segment
+from .._format.layout import Layout, file_size, fsync_dir
+from .._format.meta import Meta, store_meta
+from .._format.scan import Record, read_span, realign, scan_segment
 from ..errors import CorruptionError
 
 log = logging.getLogger("aiodiskqueue")
@@ -100,196 +100,25 @@ class SegmentStore:
     # ------------------------------------------------------------------ open
 
     def open(self) -> OpenState:
-        """Recover the queue's state from its files and open the write segment."""
-        lay = self.layout
-        os.makedirs(lay.directory, exist_ok=True)
-        segs = lay.segments()
-        bad_before = len(lay.bad_files())
-        for tmp in lay.meta_temp_files():
-            # Left by a process killed inside store_meta(); we hold the lock, so no live
-            # process is writing it.
-            log.info("%s: removing leftover temp file", tmp)
-            os.remove(tmp)
-        try:
-            meta = load_meta(lay.meta_path)
-        except ValueError as exc:
-            if self.strict:
-                raise CorruptionError(lay.meta_path, 0, str(exc)) from exc
-            moved = lay.meta_path + ".bad"
-            log.warning("%s: unreadable meta file (%s); moved to %s, rebuilding from segments",
-                        lay.meta_path, exc, moved)
-            os.replace(lay.meta_path, moved)
-            meta = None
-        recovered = 0
-        if meta is None:
-            if segs:
-                first = min(segs)
-                log.warning("%s: no meta file; rebuilding state from %d segment(s)",
-                            lay.meta_path, len(segs))
-                meta, recovered = self._rebuild(first, 0, segs)
-            else:
-                meta = Meta(0, 0, 0, 0, 0)
-        else:
-            for num in sorted(n for n in segs if n < meta.read_file_num):
-                # Left behind by a crash between a meta sync and the deletion it allowed.
-                log.info("%s: removing consumed segment left behind", segs[num])
-                os.remove(segs.pop(num))
-            consistent = self._consistent(meta, segs)
-            if consistent:
-                try:
-                    recovered = self._recover_tail(meta, segs)
-                except _Misaligned as exc:
-                    log.warning("%s: write position %d of %s is not a record boundary",
-                                lay.meta_path, exc.pos, exc.path)
-                    consistent = False
-            if consistent:
-                tail = self.write_file, self.write_pos
-                depth = meta.depth + recovered
-                if meta.read == tail:
-                    depth = 0
-                meta = Meta(depth, meta.read_file_num, meta.read_pos, *tail)
-            else:
-                if self.strict:
-                    raise CorruptionError(lay.meta_path, 0,
-                                          f"meta {meta.encode()!r} does not match the segments")
-                log.warning("%s: meta %r does not match the segments; recounting from the "
-                            "read position", lay.meta_path, meta)
-                read_file, read_pos = meta.read
-                if read_file not in segs:
-                    later = [n for n in segs if n >= read_file]
-                    read_file, read_pos = (min(later), 0) if later else (meta.write_file_num, 0)
-                meta, recovered = self._rebuild(read_file, read_pos, segs)
+        """Recover the queue's state from its files (see :mod:`.recovery`) and take
+        over its write position."""
+        from .recovery import Recovery
+
+        st = Recovery(self).run()
+        meta = st.meta
         self._unverified = meta.read if meta.read_pos > 0 else None
         self.write_file, self.write_pos = meta.write
-        self._oldest = min(segs, default=meta.write_file_num)
-        segs = lay.segments()
-        self.bytes_on_disk = sum(_size(p) for p in segs.values())
+        self._oldest = min(self.layout.segments(), default=meta.write_file_num)
+        self.bytes_on_disk = st.bytes_on_disk
         self.meta_on_disk = None
-        return OpenState(meta, len(lay.bad_files()) - bad_before, self.bytes_on_disk, recovered)
+        return st
 
-    def _consistent(self, meta: Meta, segs: dict[int, str]) -> bool:
-        if meta.depth < 0:
-            return False
-        wf, wp = meta.write
-        if wf in segs:
-            if _size(segs[wf]) < wp:
-                return False
-        elif wp != 0:
-            return False
-        rf, rp = meta.read
-        if meta.read != meta.write:
-            if any(n not in segs for n in range(rf, wf)):
-                return False
-            if rf in segs and rf < wf and _size(segs[rf]) < rp:
-                return False
-        return True
-
-    def _recover_tail(self, meta: Meta, segs: dict[int, str]) -> int:
-        """Scan past the meta's write position: records written after the last meta sync."""
-        wf, wp = meta.write
-        count = 0
-        nums = [wf] + sorted(n for n in segs if n > wf)
-        self.write_file, self.write_pos = wf, wp
-        for i, num in enumerate(nums):
-            if num not in segs:
-                continue
-            start = wp if num == wf else 0
-            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
-            if s.problem is not None and start > 0 and self._realign(segs[num], num, start) \
-                    is not None:
-                # Scanning from a position inside a record finds garbage: the meta is
-                # wrong, and truncating or quarantining here would destroy good records.
-                raise _Misaligned(segs[num], start)
-            last = i == len(nums) - 1
-            if s.problem is not None and not last:
-                self._quarantine(num, s.end, s.problem)
-                segs.pop(num)
-                continue
-            if s.problem is not None or s.end < s.size:
-                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
-            if num != wf and s.records:
-                log.info("%s: recovered %d record(s) written after the last meta sync",
-                         segs[num], s.records)
-            count += s.records
-            self.write_file, self.write_pos = num, s.end
-        if count and wf == self.write_file:
-            log.info("%s: recovered %d record(s) past the meta write position",
-                     self.layout.meta_path, count)
-        return count
-
-    def _rebuild(self, read_file: int, read_pos: int,
-                 segs: dict[int, str]) -> tuple[Meta, int]:
-        """Count every record from ``(read_file, read_pos)`` through the last segment."""
-        nums = sorted(n for n in segs if n >= read_file)
-        depth = 0
-        self.write_file, self.write_pos = read_file, read_pos
-        for i, num in enumerate(nums):
-            start = read_pos if num == read_file else 0
-            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
-            if s.problem is not None and start > 0:
-                back = self._realign(segs[num], num, start)
-                if back is not None:
-                    # The read position is inside a record: start at the record holding
-                    # it (delivered again rather than lost).
-                    log.warning("%s: read position %d is not a record boundary; reading "
-                                "from %d", segs[num], start, back)
-                    read_pos = start = back
-                    s = scan_segment(segs[num], num, start, None, self.min_size,
-                                     self.max_size)
-            if s.problem is not None and i < len(nums) - 1:
-                self._quarantine(num, s.end, s.problem)
-                continue
-            if s.problem is not None or s.end < s.size:
-                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
-            depth += s.records
-            self.write_file, self.write_pos = num, s.end
-        if read_file not in segs and nums:
-            read_file, read_pos = nums[0], 0
-        read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
-        return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
-
-    def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None) -> None:
-        """Truncate the last segment to its last whole record at ``end``.
-
-        A torn record is what a crash leaves: it is dropped. A bad length field is
-        damage, and good records may follow it: those bytes are first saved to a
-        ``.bad`` file (in strict mode CorruptionError is raised instead).
-        """
-        if problem == BAD_LENGTH:
-            if self.strict:
-                raise CorruptionError(path, end, "record length outside the allowed range")
-            dst = self.layout.free_bad_path(num)
-            with open(path, "rb") as src, open(dst, "wb") as out:
-                src.seek(end)
-                while chunk := src.read(1 << 20):
-                    out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            fsync_dir(self.layout.directory)
-            log.warning("%s: bad record length at offset %d; %d byte(s) from there saved as "
-                        "%s and cut off", path, end, size - end, dst)
-        else:
-            log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
-                        path, size - end, end, problem)
-        os.truncate(path, end)
-
-    def _realign(self, path: str, num: int, pos: int) -> int | None:
-        """None if ``pos`` is a record boundary of the segment (or damage lies before it);
-        else the last record boundary before ``pos``.
-
-        Reads the segment from its start: called only after a problem was found.
-        """
-        s = scan_segment(path, num, 0, pos, self.min_size, self.max_size)
-        if s.end == pos or s.problem == BAD_LENGTH:
-            return None
-        return s.end
-
-    def _quarantine(self, num: int, offset: int, reason: str) -> str:
+    def quarantine(self, num: int, offset: int, reason: str) -> str:
         """Rename a damaged segment to ``.bad``; in strict mode raise CorruptionError instead."""
         path = self.layout.segment_path(num)
         if self.strict:
             raise CorruptionError(path, offset, reason)
-        size = _size(path)
+        size = file_size(path)
         if num == self._rnum and self._rfd is not None:
             os.close(self._rfd)
             self._rfd, self._rnum = None, -1
@@ -475,7 +304,7 @@ class SegmentStore:
             raise
 
     def _recount_bytes(self) -> int:
-        return sum(_size(p) for p in self.layout.segments().values())
+        return sum(file_size(p) for p in self.layout.segments().values())
 
     def sync(self, meta: Meta | None) -> None:
         """fsync the write segment and, if given, store ``meta``; then delete
@@ -500,7 +329,7 @@ class SegmentStore:
                 os.close(self._rfd)
                 self._rfd, self._rnum = None, -1
             try:
-                size = _size(path)
+                size = file_size(path)
                 os.remove(path)
                 self.bytes_on_disk -= size
             except FileNotFoundError:
@@ -542,7 +371,8 @@ class SegmentStore:
                     and self._unverified[0] == fnum and not self.strict:
                 up = self._unverified[1]
                 self._unverified = None
-                back = self._realign(self.layout.segment_path(fnum), fnum, up)
+                back = realign(self.layout.segment_path(fnum), fnum, up, self.min_size,
+                               self.max_size)
                 if back is not None:
                     # The meta's read position is inside a record: what was parsed from it
                     # is garbage. Read again from the record holding that position.
@@ -558,7 +388,7 @@ class SegmentStore:
                 what = (f"length {span.bad_length} outside [{self.min_size}, {self.max_size}]"
                         if span.bad_length is not None else "truncated record")
                 try:
-                    res.quarantined.append(self._quarantine(fnum, pos, what))
+                    res.quarantined.append(self.quarantine(fnum, pos, what))
                 except CorruptionError as exc:
                     res.corruption = exc  # strict: stop here, touch nothing
                     break
@@ -633,19 +463,3 @@ class SegmentStore:
                 os.close(fd)
         self._wfd = self._rfd = None
         self._rnum = -1
-
-
-class _Misaligned(Exception):
-    """A position taken from the meta file lies inside a record."""
-
-    def __init__(self, path: str, pos: int) -> None:
-        super().__init__(path, pos)
-        self.path = path
-        self.pos = pos
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0

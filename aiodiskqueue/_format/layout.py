@@ -26,6 +26,14 @@ def free_bad_name(path: str) -> str:
     return dst
 
 
+def file_size(path: str) -> int:
+    """The size of ``path`` in bytes; 0 if it does not exist."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where the files of queue ``name`` live inside ``directory``."""

@@ -144,3 +144,15 @@ def scan_segment(
         problem, bad = span.problem, span.bad_length
     size = os.stat(path).st_size
     return SegmentSummary(file_num, path, size, pos, end, count, problem, bad)
+
+
+def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) -> int | None:
+    """None if ``pos`` is a record boundary of the segment (or damage lies before it);
+    else the last record boundary before ``pos``.
+
+    Reads the segment from its start: call it only after a problem was found.
+    """
+    s = scan_segment(path, file_num, 0, pos, min_size, max_size)
+    if s.end == pos or s.problem == BAD_LENGTH:
+        return None
+    return s.end

@@ -1,0 +1,379 @@
+"""The in-memory side of an open queue, shared by the API and the ioLoop.
+
+:class:`QueueBuffers` holds what is accepted and not yet written (``pending``),
+what is read ahead and not yet taken (``ready``), the counts that tie them, and
+the futures that callers and the ioLoop wait on. The bookkeeping of a put and a
+take are its methods: :class:`~aiodiskqueue.DiskQueue` calls them and writes no
+field itself, so one class keeps ``qsize() == depth + unwritten`` true.
+
+:class:`~aiodiskqueue._core.engine.Engine` is its subclass: the task that moves
+the buffers to and from disk. Nothing here does I/O or blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from typing import Any
+
+from .._format.layout import Layout
+from .._format.meta import Meta
+from .._format.scan import Record
+from ..errors import CorruptionError, DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
+from .options import Options, Statistics
+
+
+class Lifecycle(enum.Enum):
+    """Life cycle of a queue object."""
+
+    NEW = "new"
+    OPEN = "open"
+    SHUTDOWN = "shutdown"  # no more puts; gets drain what is left
+    CLOSING = "closing"
+    CLOSED = "closed"
+    BROKEN = "broken"  # the engine failed; every call raises
+
+
+_OPEN = Lifecycle.OPEN
+_SHUTDOWN = Lifecycle.SHUTDOWN
+
+
+def wake(fut: asyncio.Future[Any] | None) -> None:
+    """Resolve ``fut`` with None unless it is None or already done."""
+    if fut is not None and not fut.done():
+        fut.set_result(None)
+
+
+def fail(waiters: list[asyncio.Future[None]], exc: BaseException) -> None:
+    """Fail every waiter that is not done yet with ``exc``."""
+    for w in waiters:
+        if not w.done():
+            w.set_exception(exc)
+
+
+def succeed(waiters: list[asyncio.Future[None]]) -> None:
+    """Resolve every waiter that is not done yet."""
+    for w in waiters:
+        if not w.done():
+            w.set_result(None)
+
+
+class QueueBuffers:
+    """Accepted puts, read-ahead records, their counts and the waiters of one queue."""
+
+    def __init__(self, layout: Layout, opts: Options) -> None:
+        self.layout = layout
+        self.opts = opts
+        self.min_size = opts.min_msg_size
+        self.max_size = opts.max_msg_size
+        self.sync_every = opts.sync_every
+        self.maxsize = opts.maxsize
+        self.state = Lifecycle.NEW
+        self.shutdown_immediate = False
+        self.error: BaseException | None = None  # why the queue is BROKEN
+        self.write_error: DiskQueueError | None = None  # a put_nowait batch that failed
+
+        # Write side: accepted, not yet written. ``unwritten`` also counts the batch in flight.
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.put_waiters: list[asyncio.Future[None]] = []
+        self.unwritten = 0
+        self.write_at = (0, 0)
+
+        # Read side: read ahead, not yet taken. Each entry is (payload, file_num, end_pos).
+        self.ready: deque[Record] = deque()
+        self.ready_bytes = 0
+        self.low_water = opts.read_buffer_bytes // 2
+        self.read_at = (0, 0)  # read-ahead cursor
+        self.read_file = 0  # consumer position: just past the last message taken
+        self.read_pos = 0
+        self.depth = 0  # written and not yet taken (ready messages included)
+        self.epoch = 0  # bumped by purge: results of older hops are stale
+        self.corruption: CorruptionError | None = None  # strict mode: reading stopped here
+
+        self.getters: deque[asyncio.Future[None]] = deque()
+        self.putters: deque[asyncio.Future[None]] = deque()  # blocked by maxsize
+        self.sync_waiters: list[asyncio.Future[None]] = []
+        self.purge_waiters: list[asyncio.Future[None]] = []
+        self.since_sync = 0
+
+        self.puts = 0
+        self.gets = 0
+        self.syncs = 0
+        self.bad_files = 0
+        self.bytes_on_disk = 0
+        self.recovered = 0
+
+        # What the ioLoop sleeps on between hops.
+        self.put_req: asyncio.Future[None] | None = None
+        self.sync_req: asyncio.Future[None] | None = None
+        self.purge_req: asyncio.Future[None] | None = None
+        self.exit_req: asyncio.Future[None] | None = None
+        self.read_slot: asyncio.Future[None] | None = None
+        # take() sets the read slot once ready_bytes falls to this; -1 while no armed
+        # slot waits (the busy engine checks for reads after every hop itself).
+        self.refill_at = -1
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.native_lane = False  # appends go to the native write lane
+
+    def kick(self) -> None:
+        """A put landed in an empty pending batch (the engine may send it at once)."""
+
+    # ------------------------------------------------------------------ size and state
+
+    def qsize(self) -> int:
+        """Messages accepted and not yet taken."""
+        return self.depth + self.unwritten
+
+    def closed_error(self) -> DiskQueueError:
+        """The error for a call on a queue that is not open."""
+        name = self.layout.name
+        if self.state is Lifecycle.BROKEN:
+            return DiskQueueError(f"queue {name!r} is broken: {self.error!r}")
+        if self.state is Lifecycle.NEW:
+            return QueueClosed(f"queue {name!r} is not open yet")
+        if self.state is _SHUTDOWN:
+            return QueueClosed(f"queue {name!r} is shut down")
+        return QueueClosed(f"queue {name!r} is closed")
+
+    def wake_all_getters(self) -> None:
+        """Wake every blocked get() so it can see a state change."""
+        while self.getters:
+            wake(self.getters.popleft())
+
+    def wake_all_putters(self) -> None:
+        """Wake every put() blocked on maxsize so it can see a state change."""
+        while self.putters:
+            wake(self.putters.popleft())
+
+    def shutdown(self, immediate: bool) -> None:
+        """Refuse new puts; with ``immediate`` also new and blocked gets."""
+        if self.state is _OPEN:
+            self.state = _SHUTDOWN
+        self.shutdown_immediate = self.shutdown_immediate or immediate
+        self.wake_all_getters()
+        self.wake_all_putters()
+
+    def begin_close(self) -> bool:
+        """Move an open or shut-down queue to CLOSING and wake every waiter.
+
+        Returns True if the ioLoop was asked to exit now. A queue never opened is
+        just marked CLOSED.
+        """
+        if self.state is Lifecycle.NEW:
+            self.state = Lifecycle.CLOSED
+        if self.state not in (_OPEN, _SHUTDOWN):
+            return False
+        self.state = Lifecycle.CLOSING
+        self.wake_all_getters()
+        self.wake_all_putters()
+        wake(self.exit_req)
+        return True
+
+    def statistics(self) -> Statistics:
+        """A frozen snapshot of positions, depth and counters."""
+        return Statistics(
+            depth=self.qsize(),
+            read_file_num=self.read_file,
+            read_pos=self.read_pos,
+            write_file_num=self.write_at[0],
+            write_pos=self.write_at[1],
+            bad_files=self.bad_files,
+            bytes_on_disk=self.bytes_on_disk,
+            puts=self.puts,
+            gets=self.gets,
+            syncs=self.syncs,
+            ready=len(self.ready),
+            pending_writes=self.unwritten,
+            recovered=self.recovered,
+            write_path="native" if self.native_lane else "python",
+        )
+
+    # ------------------------------------------------------------------ put
+
+    def check_put(self, n: int) -> None:
+        """Raise MessageSizeError for a size out of bounds, the closed error if not open."""
+        if n < self.min_size or n > self.max_size:
+            raise MessageSizeError(n, self.min_size, self.max_size)
+        if self.state is not _OPEN:
+            raise self.closed_error()
+
+    def accept(self, datas: list[bytes], nbytes: int,
+               waiter: asyncio.Future[None] | None = None) -> None:
+        """Add messages (``nbytes`` as records) and their waiter, if any, to the pending
+        batch. If the batch was empty, wake the ioLoop, or let the engine send it to
+        the write lane at once (a busy ioLoop looks at it after its hop anyway)."""
+        was_empty = not self.pending
+        self.pending.extend(datas)
+        self.pending_bytes += nbytes
+        self.unwritten += len(datas)
+        self.puts += len(datas)
+        if waiter is not None:
+            self.put_waiters.append(waiter)
+        if was_empty:
+            if self.native_lane:
+                self.kick()
+            pr = self.put_req
+            if pr is not None and not pr.done():
+                pr.set_result(None)
+
+    async def wait_not_full(self) -> None:
+        """Wait while the queue is at ``maxsize`` and open."""
+        putters = self.putters
+        while self.depth + self.unwritten >= self.maxsize and self.state is _OPEN:
+            fut = self.loop.create_future()  # type: ignore[union-attr]
+            putters.append(fut)
+            try:
+                await fut
+            except BaseException:
+                fut.cancel()
+                try:
+                    putters.remove(fut)
+                except ValueError:
+                    pass
+                # Pass on a wake-up this cancelled waiter received, so room is not wasted.
+                woken = fut.done() and not fut.cancelled()
+                if woken and putters and self.depth + self.unwritten < self.maxsize:
+                    w = putters.popleft()
+                    if not w.done():
+                        w.set_result(None)
+                raise
+
+    # ------------------------------------------------------------------ take
+
+    def take(self) -> bytes:
+        """Remove and return the oldest ready message (``get_nowait()``).
+
+        Raises QueueEmpty if none is ready, CorruptionError where strict reading
+        stopped, the closed error if the queue is closed or shut down and drained.
+        """
+        ready = self.ready
+        if not ready:
+            if self.corruption is not None:
+                raise self.corruption
+            if self.state is _OPEN and not self.shutdown_immediate:
+                raise QueueEmpty()
+            if self.state is _SHUTDOWN and not self.shutdown_immediate and self.qsize():
+                raise QueueEmpty()
+            raise self.closed_error()
+        if self.state is not _OPEN and (self.shutdown_immediate or self.state is not _SHUTDOWN):
+            raise self.closed_error()
+        payload, self.read_file, self.read_pos = ready.popleft()
+        self.ready_bytes -= len(payload)
+        self.depth -= 1
+        self.gets += 1
+        self.since_sync += 1
+        if (self.ready_bytes <= self.refill_at or self.since_sync >= self.sync_every
+                or self.putters or self.state is not _OPEN):
+            self._after_take()
+        return payload
+
+    def take_more(self, out: list[bytes], max_items: int) -> None:
+        """Append up to ``max_items`` more ready messages to ``out`` in one step: the
+        same bookkeeping as that many ``take()`` calls."""
+        ready = self.ready
+        k = min(max_items, len(ready))
+        if k <= 0:
+            return
+        popleft = ready.popleft
+        taken = [popleft() for _ in range(k)]
+        payloads = [r[0] for r in taken]
+        out.extend(payloads)
+        _, self.read_file, self.read_pos = taken[-1]
+        self.ready_bytes -= sum(map(len, payloads))
+        self.depth -= k
+        self.gets += k
+        self.since_sync += k
+        self._after_take()
+
+    def _after_take(self) -> None:
+        """Wake whoever waits on room or on a read: the rare part of taking messages."""
+        if self.ready_bytes <= self.refill_at:
+            self.refill_at = -1
+            wake(self.read_slot)
+        if self.since_sync >= self.sync_every:
+            wake(self.sync_req)
+        if self.putters:
+            room = self.maxsize - self.qsize()
+            while self.putters and room > 0:
+                w = self.putters.popleft()
+                if not w.done():
+                    w.set_result(None)
+                    room -= 1
+        if self.state is _SHUTDOWN and not self.qsize():
+            self.wake_all_getters()  # drained: blocked getters raise QueueClosed now
+
+    async def wait_ready(self) -> None:
+        """Wait until a message is ready to take.
+
+        Cancelling it leaves the queue unchanged: a waiter only wakes the task.
+        Raises what ``take()`` raises when nothing will become ready.
+        """
+        getters = self.getters
+        while not self.ready:
+            if self.corruption is not None:
+                raise self.corruption
+            if self.state is not _OPEN and (
+                self.state is not _SHUTDOWN or self.shutdown_immediate or not self.qsize()
+            ):
+                raise self.closed_error()
+            fut = self.loop.create_future()  # type: ignore[union-attr]
+            getters.append(fut)
+            try:
+                await fut
+            except BaseException:
+                fut.cancel()
+                try:
+                    getters.remove(fut)
+                except ValueError:
+                    pass
+                # This waiter was woken but will not take the message: wake the next one.
+                if self.ready and fut.done() and not fut.cancelled() and getters:
+                    w = getters.popleft()
+                    if not w.done():
+                        w.set_result(None)
+                raise
+
+    # ------------------------------------------------------------------ sync / purge
+
+    def request_sync(self) -> asyncio.Future[None]:
+        """A future resolved after the next sync round; wakes the ioLoop for it."""
+        if self.state not in (_OPEN, _SHUTDOWN):
+            raise self.closed_error()
+        fut: asyncio.Future[None] = self.loop.create_future()  # type: ignore[union-attr]
+        self.sync_waiters.append(fut)
+        wake(self.sync_req)
+        return fut
+
+    def take_write_error(self) -> DiskQueueError | None:
+        """The failure of a ``put_nowait`` batch since the last call, once."""
+        err, self.write_error = self.write_error, None
+        return err
+
+    def request_purge(self) -> asyncio.Future[None]:
+        """Drop every message accepted so far from memory and ask the ioLoop to delete
+        the files; the future resolves when it has."""
+        if self.state not in (_OPEN, _SHUTDOWN):
+            raise self.closed_error()
+        # Pending puts count as stored-then-purged: they return normally.
+        dropped, waiters = self.pending, self.put_waiters
+        self.pending, self.put_waiters, self.pending_bytes = [], [], 0
+        self.unwritten -= len(dropped)
+        succeed(waiters)
+        self.ready.clear()
+        self.ready_bytes = 0
+        self.epoch += 1
+        fut: asyncio.Future[None] = self.loop.create_future()  # type: ignore[union-attr]
+        self.purge_waiters.append(fut)
+        wake(self.purge_req)
+        return fut
+
+    def purged(self, meta: Meta) -> None:
+        """Take the positions of the meta a purge stored."""
+        self.ready.clear()
+        self.ready_bytes = 0
+        self.depth = 0
+        self.read_file, self.read_pos = meta.read
+        self.read_at = meta.read
+        self.write_at = meta.write

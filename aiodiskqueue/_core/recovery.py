@@ -1,0 +1,213 @@
+"""Recovery on open: the state a queue starts from, worked out from its files.
+
+Runs once, on the queue's I/O thread, with the queue's lock held: remove what a
+crash left (meta temp files, consumed segments), check the meta file against the
+segments, scan past its write position for records written after the last meta
+sync (cutting a torn tail), and rebuild the meta from the segments when it is
+missing or does not match them. Damaged segments are quarantined through the
+store; in strict mode CorruptionError is raised and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .._format.layout import file_size, fsync_dir
+from .._format.meta import Meta, load_meta
+from .._format.scan import BAD_LENGTH, realign, scan_segment
+from ..errors import CorruptionError
+from .store import OpenState, SegmentStore
+
+log = logging.getLogger("aiodiskqueue")
+
+
+class _Misaligned(Exception):
+    """A position taken from the meta file lies inside a record."""
+
+    def __init__(self, path: str, pos: int) -> None:
+        super().__init__(path, pos)
+        self.path = path
+        self.pos = pos
+
+
+class Recovery:
+    """One open-time recovery of ``store``'s queue."""
+
+    def __init__(self, store: SegmentStore) -> None:
+        self.store = store
+        self.layout = store.layout
+        self.strict = store.strict
+        self.min_size = store.min_size
+        self.max_size = store.max_size
+        self.write_file = 0
+        self.write_pos = 0
+
+    def run(self) -> OpenState:
+        """Recover the queue's state from its files; the store takes over its write position."""
+        lay = self.layout
+        os.makedirs(lay.directory, exist_ok=True)
+        segs = lay.segments()
+        bad_before = len(lay.bad_files())
+        for tmp in lay.meta_temp_files():
+            # Left by a process killed inside store_meta(); we hold the lock, so no live
+            # process is writing it.
+            log.info("%s: removing leftover temp file", tmp)
+            os.remove(tmp)
+        try:
+            meta = load_meta(lay.meta_path)
+        except ValueError as exc:
+            if self.strict:
+                raise CorruptionError(lay.meta_path, 0, str(exc)) from exc
+            moved = lay.meta_path + ".bad"
+            log.warning("%s: unreadable meta file (%s); moved to %s, rebuilding from segments",
+                        lay.meta_path, exc, moved)
+            os.replace(lay.meta_path, moved)
+            meta = None
+        recovered = 0
+        if meta is None:
+            if segs:
+                first = min(segs)
+                log.warning("%s: no meta file; rebuilding state from %d segment(s)",
+                            lay.meta_path, len(segs))
+                meta, recovered = self._rebuild(first, 0, segs)
+            else:
+                meta = Meta(0, 0, 0, 0, 0)
+        else:
+            for num in sorted(n for n in segs if n < meta.read_file_num):
+                # Left behind by a crash between a meta sync and the deletion it allowed.
+                log.info("%s: removing consumed segment left behind", segs[num])
+                os.remove(segs.pop(num))
+            consistent = self._consistent(meta, segs)
+            if consistent:
+                try:
+                    recovered = self._recover_tail(meta, segs)
+                except _Misaligned as exc:
+                    log.warning("%s: write position %d of %s is not a record boundary",
+                                lay.meta_path, exc.pos, exc.path)
+                    consistent = False
+            if consistent:
+                tail = self.write_file, self.write_pos
+                depth = meta.depth + recovered
+                if meta.read == tail:
+                    depth = 0
+                meta = Meta(depth, meta.read_file_num, meta.read_pos, *tail)
+            else:
+                if self.strict:
+                    raise CorruptionError(lay.meta_path, 0,
+                                          f"meta {meta.encode()!r} does not match the segments")
+                log.warning("%s: meta %r does not match the segments; recounting from the "
+                            "read position", lay.meta_path, meta)
+                read_file, read_pos = meta.read
+                if read_file not in segs:
+                    later = [n for n in segs if n >= read_file]
+                    read_file, read_pos = (min(later), 0) if later else (meta.write_file_num, 0)
+                meta, recovered = self._rebuild(read_file, read_pos, segs)
+        on_disk = sum(file_size(p) for p in lay.segments().values())
+        return OpenState(meta, len(lay.bad_files()) - bad_before, on_disk, recovered)
+
+    def _consistent(self, meta: Meta, segs: dict[int, str]) -> bool:
+        if meta.depth < 0:
+            return False
+        wf, wp = meta.write
+        if wf in segs:
+            if file_size(segs[wf]) < wp:
+                return False
+        elif wp != 0:
+            return False
+        rf, rp = meta.read
+        if meta.read != meta.write:
+            if any(n not in segs for n in range(rf, wf)):
+                return False
+            if rf in segs and rf < wf and file_size(segs[rf]) < rp:
+                return False
+        return True
+
+    def _recover_tail(self, meta: Meta, segs: dict[int, str]) -> int:
+        """Scan past the meta's write position: records written after the last meta sync."""
+        wf, wp = meta.write
+        count = 0
+        nums = [wf] + sorted(n for n in segs if n > wf)
+        self.write_file, self.write_pos = wf, wp
+        for i, num in enumerate(nums):
+            if num not in segs:
+                continue
+            start = wp if num == wf else 0
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            if s.problem is not None and start > 0 and realign(segs[num], num, start, self.min_size, self.max_size) \
+                    is not None:
+                # Scanning from a position inside a record finds garbage: the meta is
+                # wrong, and truncating or quarantining here would destroy good records.
+                raise _Misaligned(segs[num], start)
+            last = i == len(nums) - 1
+            if s.problem is not None and not last:
+                self.store.quarantine(num, s.end, s.problem)
+                segs.pop(num)
+                continue
+            if s.problem is not None or s.end < s.size:
+                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
+            if num != wf and s.records:
+                log.info("%s: recovered %d record(s) written after the last meta sync",
+                         segs[num], s.records)
+            count += s.records
+            self.write_file, self.write_pos = num, s.end
+        if count and wf == self.write_file:
+            log.info("%s: recovered %d record(s) past the meta write position",
+                     self.layout.meta_path, count)
+        return count
+
+    def _rebuild(self, read_file: int, read_pos: int,
+                 segs: dict[int, str]) -> tuple[Meta, int]:
+        """Count every record from ``(read_file, read_pos)`` through the last segment."""
+        nums = sorted(n for n in segs if n >= read_file)
+        depth = 0
+        self.write_file, self.write_pos = read_file, read_pos
+        for i, num in enumerate(nums):
+            start = read_pos if num == read_file else 0
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            if s.problem is not None and start > 0:
+                back = realign(segs[num], num, start, self.min_size, self.max_size)
+                if back is not None:
+                    # The read position is inside a record: start at the record holding
+                    # it (delivered again rather than lost).
+                    log.warning("%s: read position %d is not a record boundary; reading "
+                                "from %d", segs[num], start, back)
+                    read_pos = start = back
+                    s = scan_segment(segs[num], num, start, None, self.min_size,
+                                     self.max_size)
+            if s.problem is not None and i < len(nums) - 1:
+                self.store.quarantine(num, s.end, s.problem)
+                continue
+            if s.problem is not None or s.end < s.size:
+                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
+            depth += s.records
+            self.write_file, self.write_pos = num, s.end
+        if read_file not in segs and nums:
+            read_file, read_pos = nums[0], 0
+        read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
+        return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
+
+    def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None) -> None:
+        """Truncate the last segment to its last whole record at ``end``.
+
+        A torn record is what a crash leaves: it is dropped. A bad length field is
+        damage, and good records may follow it: those bytes are first saved to a
+        ``.bad`` file (in strict mode CorruptionError is raised instead).
+        """
+        if problem == BAD_LENGTH:
+            if self.strict:
+                raise CorruptionError(path, end, "record length outside the allowed range")
+            dst = self.layout.free_bad_path(num)
+            with open(path, "rb") as src, open(dst, "wb") as out:
+                src.seek(end)
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            fsync_dir(self.layout.directory)
+            log.warning("%s: bad record length at offset %d; %d byte(s) from there saved as "
+                        "%s and cut off", path, end, size - end, dst)
+        else:
+            log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
+                        path, size - end, end, problem)
+        os.truncate(path, end)
