@@ -11,6 +11,7 @@ from .errors import (
     QueueEmpty,
     QueueFull,
     QueueLocked,
+    QueueNotFound,
 )
 from .queue import DiskQueue
 
@@ -27,6 +28,7 @@ __all__ = [
     "QueueEmpty",
     "QueueFull",
     "QueueLocked",
+    "QueueNotFound",
     "Statistics",
 ]
 

@@ -7,12 +7,20 @@ import asyncio
 __all__ = [
     "CorruptionError",
     "DiskQueueError",
+    "MessageNotInFlight",
     "MessageSizeError",
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
     "QueueLocked",
+    "QueueNotFound",
 ]
+
+# asyncio.QueueShutDown exists from Python 3.13: QueueClosed is one there too, so code
+# written for asyncio.Queue.shutdown() catches ours.
+_SHUTDOWN_BASES: tuple[type[Exception], ...] = (
+    (asyncio.QueueShutDown,) if hasattr(asyncio, "QueueShutDown") else ()
+)
 
 
 class DiskQueueError(Exception):
@@ -40,8 +48,11 @@ class QueueEmpty(DiskQueueError, asyncio.QueueEmpty):
     """``get_nowait()`` found no message ready to hand out."""
 
 
-class QueueClosed(DiskQueueError):
-    """The queue was closed (``aclose()``) or shut down (``shutdown()``)."""
+class QueueClosed(DiskQueueError, *_SHUTDOWN_BASES):  # type: ignore[misc]
+    """The queue was closed (``aclose()``) or shut down (``shutdown()``).
+
+    On Python 3.13 and later it is also an :class:`asyncio.QueueShutDown`.
+    """
 
 
 class QueueLocked(DiskQueueError):
@@ -52,6 +63,15 @@ class QueueLocked(DiskQueueError):
         super().__init__(f"queue is locked by {holder}: {path}")
         self.path = path
         self.pid = pid
+
+
+class QueueNotFound(DiskQueueError, LookupError):
+    """Neither a meta file nor any segment of the queue exists in the directory."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        super().__init__(f"no queue named {name!r} in {directory}")
+        self.directory = directory
+        self.name = name
 
 
 class CorruptionError(DiskQueueError):

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from aiodiskqueue import DiskQueue, Statistics
 from aiodiskqueue._format.layout import Layout
-from aiodiskqueue.tools.inspect import analyze, repair
+from aiodiskqueue.tools.inspect import analyze
+from aiodiskqueue.tools.repair import repair
 
 
 async def _take_all(d: Path, name: str) -> tuple[list[bytes], Statistics]:

@@ -18,41 +18,39 @@ import contextlib
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from .. import __version__
+from .._format import nsq
 from .._format.layout import Layout, queue_names
 from .._format.meta import load_meta
-from ..errors import QueueLocked
-from .inspect import (
+from ..errors import QueueLocked, QueueNotFound
+from .follow import (
     Follower,
-    Message,
-    Problem,
-    QueueNotFound,
-    QueueReport,
+    StoredMessage,
     Watcher,
-    analyze,
-    holder,
     iter_messages,
     iter_quarantined,
-    plan_repair,
     quarantine_summary,
+)
+from .inspect import (
+    Problem,
+    QueueReport,
+    analyze,
+    holder,
     queue_exists,
-    repair,
     total_bytes,
     unindexed_tail,
 )
+from .repair import plan_repair, repair
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
-
-_NSQ_HEADER = 8 + 2 + 16  # timestamp (ns, int64), attempts (uint16), id (16 ASCII hex)
 
 
 class CliError(Exception):
@@ -329,12 +327,10 @@ def _text(data: bytes) -> tuple[str, str]:
 
 
 def _nsq_fields(payload: bytes) -> dict[str, Any] | None:
-    if len(payload) < _NSQ_HEADER:
+    if len(payload) < nsq.HEADER_SIZE:
         return None
-    ts = int.from_bytes(payload[0:8], "big", signed=True)
-    attempts = int.from_bytes(payload[8:10], "big")
-    msg_id = payload[10:26]
-    body, enc = _text(payload[26:])
+    ts, attempts, msg_id, raw = nsq.decode(payload)
+    body, enc = _text(raw)
     secs, ns = divmod(ts, 10**9)  # integer maths: a float would round the nanoseconds
     when = dt.datetime.fromtimestamp(secs, tz=dt.UTC) + dt.timedelta(microseconds=ns // 1000)
     return {"id": msg_id.decode("ascii", "replace"), "timestamp_ns": ts,
@@ -342,7 +338,7 @@ def _nsq_fields(payload: bytes) -> dict[str, Any] | None:
             "body": body, "encoding": enc}
 
 
-def _emit(msg: Message, fmt: str, as_json: bool, out: IO[bytes]) -> None:
+def _emit(msg: StoredMessage, fmt: str, as_json: bool, out: IO[bytes]) -> None:
     p = msg.payload
     if fmt == "nsq":
         fields = _nsq_fields(p)
@@ -380,7 +376,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     def on_problem(p: Problem) -> None:
         sys.stderr.write(f"aiodiskqueue: {p}\n")
 
-    def take(msgs: Iterator[Message] | list[Message]) -> bool:
+    def take(msgs: Iterator[StoredMessage] | list[StoredMessage]) -> bool:
         """Print; return False once the limit is reached."""
         nonlocal skip, left
         raw = args.format == "raw" and not args.json
@@ -450,126 +446,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if count is not None and n >= count:
             return EXIT_OK
         time.sleep(args.interval)
-
-
-# ---------------------------------------------------------------------- bench
-
-
-_BENCH_KEYS = ("workload", "system", "size", "producers", "loop", "rate_median", "rate_min",
-               "rate_max", "guarantee")
-
-
-def _default_bench_dir() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(os.path.dirname(os.path.dirname(here)), "bench")
-
-
-def _load_rows(path: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise CliError(f"no benchmark results at {path}") from None
-    except ValueError as exc:
-        raise CliError(f"cannot parse benchmark results {path}: {exc}") from None
-    rows = data.get("rows", []) if isinstance(data, dict) else data
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise CliError(f"{path}: expected a JSON list of objects")
-    return rows
-
-
-def _fmt_cell(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
-    return "-" if v is None else str(v)
-
-
-def plot_bench(rows: list[dict[str, Any]], out_png: str) -> None:
-    """Draw median throughput against message size and against producer count.
-
-    Raises CliError if matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
-    series: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        if isinstance(r.get("rate_median"), (int, float)):
-            series.setdefault((str(r.get("system")), str(r.get("workload"))), []).append(r)
-    fig, (ax_size, ax_prod) = plt.subplots(1, 2, figsize=(12, 5))
-    for (system, workload), rs in sorted(series.items()):
-        label = f"{system} {workload}"
-        prods: list[int] = [r["producers"] for r in rs if isinstance(r.get("producers"), int)]
-        one = min(prods) if prods else None
-        by_size = sorted((r["size"], r["rate_median"]) for r in rs
-                         if r.get("producers") == one and isinstance(r.get("size"), int))
-        if by_size:
-            ax_size.plot([x for x, _ in by_size], [y for _, y in by_size], marker="o",
-                         label=label)
-        sizes: list[int] = [r["size"] for r in rs if isinstance(r.get("size"), int)]
-        # 1 KiB is the project's reference size; otherwise the size measured most often.
-        common = 1024 if 1024 in sizes else (max(sorted(set(sizes)), key=sizes.count)
-                                             if sizes else None)
-        by_prod = sorted((r["producers"], r["rate_median"]) for r in rs
-                         if r.get("size") == common and isinstance(r.get("producers"), int))
-        if len(by_prod) > 1:
-            ax_prod.plot([x for x, _ in by_prod], [y for _, y in by_prod], marker="o",
-                         label=f"{label} ({common} B)")
-    ax_size.set(xscale="log", yscale="log", xlabel="message size (bytes)",
-                ylabel="messages/s (median)", title="throughput vs message size")
-    ax_prod.set(xscale="log", yscale="log", xlabel="producers",
-                ylabel="messages/s (median)", title="throughput vs producers")
-    for ax in (ax_size, ax_prod):
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    """Run the benchmark suite of the source checkout and print (and plot) its results."""
-    bench_dir = args.bench_dir or _default_bench_dir()
-    results = args.results or os.path.join(bench_dir, "results", "latest.json")
-    failed = 0
-    if not args.no_run:
-        script = os.path.join(bench_dir, "run.py")
-        if not os.path.isfile(script):
-            raise CliError(f"no benchmark suite at {script}: `aiodiskqueue bench` runs "
-                           "bench/run.py from a source checkout of the project")
-        extra = list(args.suite_args)
-        if extra[:1] == ["--"]:
-            extra = extra[1:]
-        cmd = [sys.executable, script] + (["--quick"] if args.quick else []) + extra
-        if args.results:
-            cmd += ["--out", args.results]
-        started = time.time()
-        # The suite prints its own progress and report; keep our stdout for the table.
-        proc = subprocess.run(cmd, cwd=os.path.dirname(os.path.abspath(bench_dir)),
-                              stdout=sys.stderr, check=False)
-        if proc.returncode != 0:
-            fresh = os.path.isfile(results) and os.stat(results).st_mtime >= started - 1
-            if not fresh:
-                raise CliError(f"{script} failed with exit code {proc.returncode}")
-            sys.stderr.write(f"aiodiskqueue: {script} exited with {proc.returncode} "
-                             "(a check failed); results follow\n")
-            failed = EXIT_PROBLEMS
-    rows = _load_rows(results)
-    if args.json:
-        _json_doc(rows)
-    else:
-        table = [list(_BENCH_KEYS)]
-        table += [[_fmt_cell(r.get(k)) for k in _BENCH_KEYS] for r in rows]
-        _table(table, right=frozenset({2, 3, 5, 6, 7}))
-    if args.plot:
-        plot_bench(rows, args.plot)
-        sys.stderr.write(f"aiodiskqueue: wrote {args.plot}\n")
-    return failed
 
 
 # ---------------------------------------------------------------------- parser
@@ -668,20 +544,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after N samples")
     p.set_defaults(func=cmd_stats)
 
-    p = sub.add_parser("bench", help="run the benchmark suite of the source checkout",
-                       description="Run bench/run.py and print its results table.")
-    p.add_argument("--quick", action="store_true", help="a short run")
-    p.add_argument("--plot", metavar="PNG", help="also draw throughput vs message size and "
-                   "producers (needs matplotlib)")
-    p.add_argument("--json", action="store_true", help="print the result rows as JSON")
-    p.add_argument("--no-run", action="store_true",
-                   help="do not run the suite; show the last results")
-    p.add_argument("--results", metavar="FILE",
-                   help="results file (default bench/results/latest.json)")
-    p.add_argument("--bench-dir", metavar="DIR", help=argparse.SUPPRESS)
-    p.add_argument("suite_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
-                   help="further arguments for bench/run.py, e.g. -- --only put --sizes 1024")
-    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -1,0 +1,255 @@
+"""Reading a queue's messages from its files without opening it: ``dump`` (also
+``--follow`` while a producer writes) and the live ``stats`` of a queue in use.
+
+Nothing here writes a file or takes the queue's lock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .._format.layout import Layout, file_size
+from .._format.meta import load_meta
+from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans
+from .inspect import ERROR, Problem, walk_segment
+
+# ---------------------------------------------------------------------- reading messages
+
+
+class StoredMessage(NamedTuple):
+    """One stored message, its number from the first message shown, and where its record starts."""
+
+    seq: int
+    file: str
+    offset: int
+    payload: bytes
+
+
+def start_position(layout: Layout) -> tuple[int, int]:
+    """Where the oldest unread message is: the meta's read position, or the first segment."""
+    try:
+        meta = load_meta(layout.meta_path)
+    except ValueError:
+        meta = None
+    segs = layout.segments()
+    if meta is None:
+        return (min(segs), 0) if segs else (0, 0)
+    return meta.read
+
+
+def _bad_num(path: str) -> int:
+    # NAME.diskqueue.000020.dat.bad[.N]: the segment number it was quarantined from.
+    part = os.path.basename(path).rsplit(".diskqueue.", 1)[-1].split(".", 1)[0]
+    return int(part) if part.isdigit() else -1
+
+
+def quarantine_summary(path: str, min_size: int = 0, max_size: int = 1 << 20) -> dict[str, Any]:
+    """What a ``.bad`` file still holds: whole records up to its first damage."""
+    w = walk_segment(path, _bad_num(path), 0, min_size, max_size)
+    return {"file": os.path.basename(path), "size": w.size, "records": w.records,
+            "readable_bytes": w.end, "problem": w.problem,
+            "problem_offset": w.end if w.problem is not None else None}
+
+
+def iter_quarantined(layout: Layout, min_size: int = 0,
+                     max_size: int = 1 << 20) -> Iterator[StoredMessage]:
+    """Yield the readable records of every ``.bad`` file, oldest segment first.
+
+    Each file is read from its start up to its first damage: what an operator
+    can still salvage from it.
+    """
+    index = 0
+    for path in sorted(layout.bad_files(), key=lambda p: (_bad_num(p), p)):
+        fname = os.path.basename(path)
+        for span in iter_spans(path, _bad_num(path), 0, None, min_size, max_size):
+            for payload, _, end in span.records:
+                yield StoredMessage(index, fname, end - 4 - len(payload), payload)
+                index += 1
+
+
+def iter_messages(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
+                  start: tuple[int, int] | None = None,
+                  on_problem: Callable[[Problem], None] | None = None,
+                  ) -> Iterator[StoredMessage]:
+    """Yield the stored messages from ``start`` (default: the oldest unread) to the end.
+
+    Follows the queue's reading rules: a damaged segment is reported through
+    ``on_problem`` and reading goes on with the next one; a missing segment is
+    skipped. Nothing is consumed.
+    """
+    fnum, pos = start if start is not None else start_position(layout)
+    index = 0
+    for num, path in sorted(layout.segments().items()):
+        if num < fnum:
+            continue
+        begin = pos if num == fnum else 0
+        fname = os.path.basename(path)
+        try:
+            spans = iter_spans(path, num, begin, None, min_size, max_size)
+            for span in spans:
+                for payload, _, end in span.records:
+                    yield StoredMessage(index, fname, end - 4 - len(payload), payload)
+                    index += 1
+                if span.problem is not None and on_problem is not None:
+                    kind = "torn tail" if span.problem == TORN else "bad length"
+                    on_problem(Problem(kind, ERROR, fname, span.end,
+                                       "reading goes on with the next segment"))
+        except FileNotFoundError:
+            continue  # consumed and deleted by the queue while we looked
+
+
+class Follower:
+    """Reads new records as they are written, like ``tail -f``; never consumes.
+
+    Call :meth:`poll` repeatedly; each call returns the messages written since
+    the previous one. A record still being written (an incomplete tail) is
+    waited for, not reported.
+    """
+
+    def __init__(self, layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
+                 start: tuple[int, int] | None = None) -> None:
+        self.layout = layout
+        self.min_size = min_size
+        self.max_size = max_size
+        self.fnum, self.pos = start if start is not None else start_position(layout)
+        self.index = 0
+        self.problems: list[Problem] = []
+        self._reported: set[tuple[int, int]] = set()
+
+    def poll(self) -> list[StoredMessage]:
+        """Messages that appeared since the last call."""
+        out: list[StoredMessage] = []
+        while True:
+            # List first: a segment newer than ours existing now means ours was
+            # complete before this scan began (the writer rolls only after writing).
+            segs = self.layout.segments()
+            newer = sorted(n for n in segs if n > self.fnum)
+            path = segs.get(self.fnum)
+            if path is not None:
+                fname = os.path.basename(path)
+                try:
+                    for span in iter_spans(path, self.fnum, self.pos, None,
+                                           self.min_size, self.max_size):
+                        for payload, _, end in span.records:
+                            out.append(StoredMessage(self.index, fname, end - 4 - len(payload),
+                                               payload))
+                            self.index += 1
+                        self.pos = span.end
+                        # An incomplete record at the end of the newest segment is
+                        # still being written: wait for it.
+                        if span.problem == BAD_LENGTH or (span.problem == TORN and newer):
+                            self._report(path, span)
+                except FileNotFoundError:
+                    pass  # consumed and deleted by the queue
+            if not newer:
+                return out
+            self.fnum, self.pos = newer[0], 0
+
+    def _report(self, path: str, span: Span) -> None:
+        key = (self.fnum, span.end)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        kind = "bad length" if span.problem == BAD_LENGTH else "torn tail"
+        self.problems.append(Problem(kind, ERROR, os.path.basename(path), span.end,
+                                     "reading goes on with the next segment"))
+
+
+# ---------------------------------------------------------------------- live statistics
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One observation of a queue from its files."""
+
+    time: float
+    depth: int
+    written: int  # records counted on disk since the first sample (grows with puts)
+    put_rate: float | None
+    get_rate: float | None
+    bytes_on_disk: int
+    read: tuple[int, int]
+    write: tuple[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"time": self.time, "depth": self.depth, "put_rate": self.put_rate,
+                "get_rate": self.get_rate, "bytes": self.bytes_on_disk,
+                "read_file_num": self.read[0], "read_pos": self.read[1],
+                "write_file_num": self.write[0], "write_pos": self.write[1]}
+
+
+class Watcher:
+    """Derives depth and put/get rates from successive snapshots of the files.
+
+    Puts are the whole records that appear past the previously seen end of the
+    data; the read position comes from the meta file, so gets are seen when the
+    queue syncs its meta (every ``sync_every`` messages or ``sync_interval``).
+    Each sample scans only new bytes and the unread part of the read segment.
+    """
+
+    def __init__(self, layout: Layout, min_size: int = 0, max_size: int = 1 << 20) -> None:
+        self.layout = layout
+        self.min_size = min_size
+        self.max_size = max_size
+        self._scanned: dict[int, tuple[int, int]] = {}  # num -> (end scanned, records)
+        self._prev: Sample | None = None
+        self._written = 0
+
+    def _count(self, num: int, path: str) -> tuple[int, int]:
+        end, records = self._scanned.get(num, (0, 0))
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            return end, records
+        fresh = self._prev is None
+        if size < end:  # cut by a repair or recovery: count again, not as new puts
+            end, records, fresh = 0, 0, True
+        if size > end:
+            w = walk_segment(path, num, end, self.min_size, self.max_size)
+            if not fresh:
+                self._written += w.records
+            end, records = w.end, records + w.records
+            self._scanned[num] = (end, records)
+        return end, records
+
+    def sample(self, now: float) -> Sample:
+        """Take one snapshot at time ``now`` (seconds, any monotonic clock)."""
+        try:
+            meta = load_meta(self.layout.meta_path)
+        except ValueError:
+            meta = None
+        segs = self.layout.segments()
+        if meta is not None:
+            rf, rp = meta.read
+        else:
+            rf, rp = (min(segs), 0) if segs else (0, 0)
+        depth = 0
+        write = (rf, rp)
+        size_total = 0
+        for num in sorted(segs):
+            end, records = self._count(num, segs[num])
+            size_total += file_size(segs[num])
+            if num < rf:
+                continue
+            if num == rf and rp > 0:
+                depth += walk_segment(segs[num], num, rp, self.min_size,
+                                      self.max_size).records if rp < end else 0
+            else:
+                depth += records
+            write = (num, end)
+        for num in [n for n in self._scanned if n not in segs]:
+            del self._scanned[num]
+        prev = self._prev
+        put_rate = get_rate = None
+        if prev is not None and now > prev.time:
+            dt = now - prev.time
+            puts = self._written - prev.written
+            put_rate = puts / dt
+            get_rate = max(0, prev.depth + puts - depth) / dt
+        s = Sample(now, depth, self._written, put_rate, get_rate, size_total, (rf, rp), write)
+        self._prev = s
+        return s
