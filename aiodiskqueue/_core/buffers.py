@@ -13,8 +13,10 @@ the buffers to and from disk. Nothing here does I/O or blocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from .._format.layout import Layout
@@ -220,25 +222,30 @@ class QueueBuffers:
 
     async def wait_not_full(self) -> None:
         """Wait while the queue is at ``maxsize`` and open."""
-        putters = self.putters
         while self.depth + self.unwritten >= self.maxsize and self.state is _OPEN:
-            fut = self.loop.create_future()  # type: ignore[union-attr]
-            putters.append(fut)
-            try:
-                await fut
-            except BaseException:
-                fut.cancel()
-                try:
-                    putters.remove(fut)
-                except ValueError:
-                    pass
-                # Pass on a wake-up this cancelled waiter received, so room is not wasted.
-                woken = fut.done() and not fut.cancelled()
-                if woken and putters and self.depth + self.unwritten < self.maxsize:
-                    w = putters.popleft()
-                    if not w.done():
-                        w.set_result(None)
-                raise
+            await self._park(self.putters, lambda: self.depth + self.unwritten < self.maxsize)
+
+    async def _park(self, waiters: deque[asyncio.Future[None]],
+                    room: Callable[[], bool]) -> None:
+        """Wait on a new future in ``waiters`` until woken.
+
+        A waiter only wakes its task and carries nothing, so cancelling it loses no
+        message; a wake-up it got but will not use goes to the next waiter while
+        ``room()`` says there is something for it.
+        """
+        fut = self.loop.create_future()  # type: ignore[union-attr]
+        waiters.append(fut)
+        try:
+            await fut
+        except BaseException:
+            fut.cancel()
+            with contextlib.suppress(ValueError):
+                waiters.remove(fut)
+            if fut.done() and not fut.cancelled() and waiters and room():
+                w = waiters.popleft()
+                if not w.done():
+                    w.set_result(None)
+            raise
 
     # ------------------------------------------------------------------ take
 
@@ -310,7 +317,6 @@ class QueueBuffers:
         Cancelling it leaves the queue unchanged: a waiter only wakes the task.
         Raises what ``take()`` raises when nothing will become ready.
         """
-        getters = self.getters
         while not self.ready:
             if self.corruption is not None:
                 raise self.corruption
@@ -318,22 +324,7 @@ class QueueBuffers:
                 self.state is not _SHUTDOWN or self.shutdown_immediate or not self.qsize()
             ):
                 raise self.closed_error()
-            fut = self.loop.create_future()  # type: ignore[union-attr]
-            getters.append(fut)
-            try:
-                await fut
-            except BaseException:
-                fut.cancel()
-                try:
-                    getters.remove(fut)
-                except ValueError:
-                    pass
-                # This waiter was woken but will not take the message: wake the next one.
-                if self.ready and fut.done() and not fut.cancelled() and getters:
-                    w = getters.popleft()
-                    if not w.done():
-                        w.set_result(None)
-                raise
+            await self._park(self.getters, lambda: bool(self.ready))
 
     # ------------------------------------------------------------------ sync / purge
 
