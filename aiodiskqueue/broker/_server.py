@@ -9,13 +9,15 @@ import itertools
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import DiskQueueError
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
+from ._output import Reply, ReplyWriter
+from ._output import show as _show
+from ._output import wake_future as _wake
 from ._protocol import (
     CLOSE_WAIT,
     FRAME_RESPONSE,
@@ -37,14 +39,10 @@ from ._topic import Channel
 
 log = logging.getLogger(__name__)
 
-Reply = bytes | ClientError | asyncio.Task[bytes] | None
-"""What a command handler returns: a frame, an error, a reply still being stored, nothing."""
-
 _MAX_PENDING_REPLIES = 256
 """Publishes in progress per connection before the next command waits for the oldest."""
 
 _LINE_LIMIT = 64 * 1024
-_WRITE_HIGH_WATER = 1 << 20
 _ids = itertools.count(1)
 _rng = random.Random()
 """Decides IDENTIFY sample_rate drops (its own instance, so tests can fix it)."""
@@ -61,7 +59,7 @@ class State(enum.IntEnum):
     CLOSING = 3
 
 
-class Connection:
+class Connection(ReplyWriter):
     """One client connection speaking protocol V2.
 
     Commands are read and handled in order, as nsqd does, with one
@@ -78,9 +76,9 @@ class Connection:
     """
 
     def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(writer)
         self.broker = broker
         self.reader = reader
-        self.writer = writer
         self.id = next(_ids)
         opts = broker.options
         self.config = ClientConfig(
@@ -99,17 +97,11 @@ class Connection:
         self.connect_ts = int(time.time())
         peer = writer.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
-        self._closed = False
         self._pump: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._next_prune = 0.0
         self._last_active = 0.0
-        self._replies: deque[bytes | ClientError | asyncio.Task[bytes]] = deque()
-        """Replies not sent yet, in command order: a publish's reply waits for its store."""
-        self._failed = False
         self._ordering: asyncio.Task[bytes] | None = None
         """The last publish that later ones must wait for (see :meth:`_publish`)."""
         self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[Reply]]] = {
@@ -126,78 +118,6 @@ class Connection:
             b"CLS": self._cls,
             b"AUTH": self._auth,
         }
-
-    # ------------------------------------------------------------------ output
-
-    def send(self, data: bytes) -> None:
-        """Queue ``data`` for the socket; everything queued in one loop iteration is one write."""
-        if self._closed:
-            return
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._out and not self._closed:
-            out, self._out = self._out, []
-            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
-
-    async def _drain_if_needed(self) -> None:
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-            self._flush()
-            await self.writer.drain()
-
-    def _reply(self, item: Reply) -> None:
-        """Send a reply now, or queue it behind replies still waiting for their store."""
-        if item is None:
-            return
-        if isinstance(item, asyncio.Task):
-            self._replies.append(item)
-            item.add_done_callback(self._send_replies)
-        elif self._replies:
-            self._replies.append(item)
-        elif isinstance(item, ClientError):
-            self._send_reply(item)
-        else:
-            self.send(item)
-
-    def _send_replies(self, _task: object = None) -> None:
-        """Send the replies at the head of the queue that are ready, in order."""
-        replies = self._replies
-        while replies and not self._failed:
-            head = replies[0]
-            if isinstance(head, asyncio.Task):
-                if not head.done():
-                    return
-                replies.popleft()
-                if head.cancelled():
-                    continue
-                exc = head.exception()
-                if exc is None:
-                    self.send(head.result())
-                    continue
-                if not isinstance(exc, ClientError):
-                    log.error("client %s: publish failed", self, exc_info=exc)
-                    exc = ClientError("E_PUB_FAILED", f"PUB failed {exc}")
-                self._send_reply(exc)
-            else:
-                replies.popleft()
-                if isinstance(head, ClientError):
-                    self._send_reply(head)
-                else:
-                    self.send(head)
-
-    def _send_reply(self, err: ClientError) -> None:
-        self.send(err.frame())
-        if err.fatal:
-            # Like nsqd: the error frame goes out, then the connection closes.
-            self._failed = True
-            self._replies.clear()
-            self._flush()
-            self.close()
 
     # ------------------------------------------------------------------ main loop
 
@@ -565,10 +485,6 @@ class Connection:
 
     # ------------------------------------------------------------------ Subscriber
 
-    def close(self) -> None:
-        """Close the connection from the server side; :meth:`run` then ends and tears down."""
-        self.writer.close()
-
     def wake(self) -> None:
         """Let the pump re-check the RDY count, the in-flight count and the pause flag."""
         w = self._waiter
@@ -610,17 +526,6 @@ class Connection:
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _show(raw: bytes) -> str:
-    """A parameter for an error message: quoted, never longer than 80 characters."""
-    text = raw[:80].decode("utf-8", "backslashreplace")
-    return f'"{text}"' + ("..." if len(raw) > 80 else "")
 
 
 class TCPServer:
