@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from .._format.layout import fsync_dir
 from ._backend import open_store, remove_store
 from ._options import BrokerOptions
-from ._protocol import VERSION, is_valid_channel_name, is_valid_name
+from ._protocol import VERSION, is_valid_name
 from ._topic import Channel, Topic
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,11 @@ class Broker:
         # in no other name): drop what a crash left of them.
         for f in os.listdir(self.data_dir):
             if "#ephemeral" in f:
-                os.unlink(os.path.join(self.data_dir, f))
+                path = os.path.join(self.data_dir, f)
+                if os.path.isdir(path):  # a dead-letter directory
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
         meta = self._load_meta()
         for t in meta.get("topics", []):
             name = t.get("name", "")
@@ -64,7 +69,7 @@ class Broker:
             topic.paused = bool(t.get("paused", False))
             for c in t.get("channels", []):
                 cname = c.get("name", "")
-                if not isinstance(cname, str) or not is_valid_channel_name(cname):
+                if not isinstance(cname, str) or not is_valid_name(cname):
                     log.warning("ignoring bad channel name %r in %s", cname, META_FILE)
                     continue
                 ch = await self.get_channel(topic, cname, persist=False)

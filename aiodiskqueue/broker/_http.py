@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from ..errors import DiskQueueError
 from ._broker import Broker
-from ._protocol import ClientError, is_valid_channel_name, is_valid_name, parse_int, parse_mpub
+from ._protocol import ClientError, is_valid_name, parse_int, parse_mpub
 from ._topic import Channel, Topic
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class HTTPApi:
         cname = request.query.get("channel")
         if cname is None:
             raise HTTPError(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_channel_name(cname):
+        if not is_valid_name(cname):
             raise HTTPError(400, "INVALID_CHANNEL")
         topic = self.broker.topics.get(tname)
         if topic is None:

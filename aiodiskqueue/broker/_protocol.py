@@ -96,27 +96,13 @@ def is_valid_name(name: str) -> bool:
     return name.split("#", 1)[0].strip(".") != ""
 
 
-RESERVED_CHANNEL_SUFFIX: Final = ".dead"
-
-
-def is_valid_channel_name(name: str) -> bool:
-    """A valid name that does not end in ``.dead``.
-
-    A channel's queue is ``topic:channel`` and its dead-letter queue
-    ``topic:channel.dead``, so a channel named ``x.dead`` would collide with
-    the dead letters of channel ``x``.
-    """
-    return is_valid_name(name) and not name.split("#", 1)[0].endswith(RESERVED_CHANNEL_SUFFIX)
-
-
-def decode_name(raw: bytes, *, channel: bool = False) -> str | None:
-    """Return ``raw`` as a valid topic (or channel) name, or None if it is not one."""
+def decode_name(raw: bytes) -> str | None:
+    """Return ``raw`` as a valid topic or channel name, or None if it is not one."""
     try:
         name = raw.decode("ascii")
     except UnicodeDecodeError:
         return None
-    ok = is_valid_channel_name(name) if channel else is_valid_name(name)
-    return name if ok else None
+    return name if is_valid_name(name) else None
 
 
 def parse_int(raw: bytes) -> int | None:
@@ -303,7 +289,6 @@ __all__ = [
     "check_message_id",
     "decode_name",
     "frame",
-    "is_valid_channel_name",
     "is_valid_name",
     "message_frame",
     "negotiate",

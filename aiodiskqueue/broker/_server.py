@@ -278,7 +278,7 @@ class Connection(ReplyWriter):
         tname = decode_name(params[1])
         if tname is None:
             raise ClientError("E_BAD_TOPIC", f"SUB topic name {_show(params[1])} is not valid")
-        cname = decode_name(params[2], channel=True)
+        cname = decode_name(params[2])
         if cname is None:
             raise ClientError("E_BAD_CHANNEL", f"SUB channel name {_show(params[2])} is not valid")
         topic = await self.broker.get_topic(tname)
