@@ -8,19 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from aiodiskqueue.broker._identify import Limits, negotiate
 from aiodiskqueue.broker._options import BrokerOptions
 from aiodiskqueue.broker._protocol import (
     FRAME_ERROR,
     FRAME_MESSAGE,
     FRAME_RESPONSE,
     ClientError,
-    Limits,
     check_message_id,
     decode_name,
     frame,
     is_valid_name,
     message_frame,
-    negotiate,
     parse_int,
     parse_mpub,
 )
@@ -177,7 +176,7 @@ def test_identify_defaults_when_zero() -> None:
         (b'{"heartbeat_interval": 60001}', "IDENTIFY heartbeat interval (60001) is invalid"),
         (b'{"msg_timeout": 500}', "IDENTIFY msg timeout (500) is invalid"),
         (b'{"msg_timeout": 900001}', "IDENTIFY msg timeout (900001) is invalid"),
-        (b'{"msg_timeout": "soon"}', "IDENTIFY msg_timeout must be a number, got 'soon'"),
+        (b'{"msg_timeout": "soon"}', "IDENTIFY failed to decode JSON body"),
         (b'{"sample_rate": 100}', "IDENTIFY sample rate (100) is invalid"),
     ],
     ids=["not-json", "not-object", "heartbeat-low", "heartbeat-high", "timeout-low",

@@ -30,6 +30,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-rdy-count", type=int, default=2500, help="largest RDY a client may set")
     p.add_argument("--max-req-timeout", type=float, default=3600.0,
                    help="longest REQ/DPUB delay, s")
+    p.add_argument("--broadcast-address", default="",
+                   help="address registered with lookupd and shown in /info (default: the hostname)")
+    p.add_argument("--lookupd-tcp-address", action="append", default=[],
+                   help="nsqlookupd TCP address host:port to register with (repeatable)")
     p.add_argument("--uvloop", action="store_true", help="run on uvloop (the uvloop extra)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
@@ -50,6 +54,8 @@ def options(args: argparse.Namespace) -> BrokerOptions:
         max_body_size=args.max_body_size,
         max_rdy_count=args.max_rdy_count,
         max_req_timeout=args.max_req_timeout,
+        broadcast_address=args.broadcast_address,
+        lookupd_tcp_addresses=tuple(args.lookupd_tcp_address),
     )
 
 

@@ -90,8 +90,8 @@ class Store(Protocol):
         """
         ...
 
-    def get_nowait(self) -> Delivery | None:
-        """The next due message if one is ready in memory, else None."""
+    def get_nowait(self, msg_timeout: float | None = None) -> Delivery | None:
+        """The next due message if one is ready in memory, else None (``msg_timeout`` as for get)."""
         ...
 
     async def empty(self) -> None:
@@ -175,10 +175,10 @@ class AckStore:
         """The next due message, in flight for ``msg_timeout`` seconds (None: the queue's)."""
         return _AckDelivery(await self.q.get(msg_timeout=msg_timeout))
 
-    def get_nowait(self) -> Delivery | None:
+    def get_nowait(self, msg_timeout: float | None = None) -> Delivery | None:
         """The next message if one is ready in memory, now in flight; else None."""
         try:
-            return _AckDelivery(self.q.get_nowait())
+            return _AckDelivery(self.q.get_nowait(msg_timeout=msg_timeout))
         except QueueEmpty:
             return None
 

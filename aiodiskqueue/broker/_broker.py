@@ -211,7 +211,7 @@ class Broker:
     def stats(self, topic: str = "", channel: str = "") -> dict[str, Any]:
         """nsqd's ``/stats?format=json`` document, optionally narrowed to a topic/channel."""
         topics = []
-        for t in self.topics.values():
+        for t in sorted(self.topics.values(), key=lambda t: t.name):
             if topic and t.name != topic:
                 continue
             ts = t.stats()
@@ -226,15 +226,25 @@ class Broker:
             "producers": [],
         }
 
+    @property
+    def broadcast_address(self) -> str:
+        """The address clients are told to connect to (``--broadcast-address``, default the hostname)."""
+        return self.options.broadcast_address or socket.gethostname()
+
     def info(self) -> dict[str, Any]:
-        """nsqd's ``/info`` document."""
+        """nsqd's ``/info`` document (its durations in nanoseconds, as Go encodes them)."""
+        limits = self.options.limits()
         return {
             "version": VERSION,
-            "broadcast_address": socket.gethostname(),
+            "broadcast_address": self.broadcast_address,
             "hostname": socket.gethostname(),
             "http_port": self.http_port,
             "tcp_port": self.tcp_port,
             "start_time": self.start_time,
+            "max_heartbeat_interval": limits.max_heartbeat_interval_ms * 1_000_000,
+            "max_output_buffer_size": limits.max_output_buffer_size,
+            "max_output_buffer_timeout": limits.max_output_buffer_timeout_ms * 1_000_000,
+            "max_deflate_level": limits.max_deflate_level,
         }
 
 

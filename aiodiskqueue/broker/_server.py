@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import DiskQueueError
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
+from ._identify import ClientConfig, negotiate
 from ._output import Reply, ReplyWriter
 from ._output import show as _show
 from ._output import wake_future as _wake
@@ -24,13 +25,11 @@ from ._protocol import (
     HEARTBEAT,
     MAGIC_V2,
     OK,
-    ClientConfig,
     ClientError,
     check_message_id,
     decode_name,
     frame,
     message_frame,
-    negotiate,
     parse_int,
     parse_mpub,
     read_int32,
@@ -52,11 +51,11 @@ _OK_FRAME = frame(FRAME_RESPONSE, OK)
 
 
 class State(enum.IntEnum):
-    """nsqd's client states (the numbers appear in /stats)."""
+    """nsqd's client states (the numbers appear in /stats: nsqd 1.3.0's constants)."""
 
     INIT = 0
-    SUBSCRIBED = 2
-    CLOSING = 3
+    SUBSCRIBED = 3
+    CLOSING = 4
 
 
 class Connection(ReplyWriter):
@@ -101,6 +100,8 @@ class Connection(ReplyWriter):
         self._heartbeat: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._next_prune = 0.0
+        self._getting = False
+        """The pump waits in ``store.get()`` (no message is ready)."""
         self._last_active = 0.0
         self._ordering: asyncio.Task[bytes] | None = None
         """The last publish that later ones must wait for (see :meth:`_publish`)."""
@@ -309,12 +310,15 @@ class Connection(ReplyWriter):
                 self._start_pump()
         return None
 
-    def _settle_params(self, params: list[bytes], cmd: str, nparams: int) -> Delivery:
+    def _settle_params(self, params: list[bytes], cmd: str, nparams: int) -> bytes:
+        """The message id of a FIN, REQ or TOUCH (nsqd's checks, in nsqd's order)."""
         if self.state not in (State.SUBSCRIBED, State.CLOSING):
             raise ClientError("E_INVALID", f"cannot {cmd} in current state")
         if len(params) < nparams:
             raise ClientError("E_INVALID", f"{cmd} insufficient number of params")
-        msg_id = check_message_id(params[1])
+        return check_message_id(params[1])
+
+    def _in_flight(self, msg_id: bytes, cmd: str) -> Delivery:
         d = self.in_flight.get(msg_id)
         if d is None:
             code = {"FIN": "E_FIN_FAILED", "REQ": "E_REQ_FAILED", "TOUCH": "E_TOUCH_FAILED"}[cmd]
@@ -322,7 +326,7 @@ class Connection(ReplyWriter):
         return d
 
     async def _fin(self, params: list[bytes]) -> Reply:
-        d = self._settle_params(params, "FIN", 2)
+        d = self._in_flight(self._settle_params(params, "FIN", 2), "FIN")
         del self.in_flight[d.id]
         self.wake()
         try:
@@ -333,13 +337,18 @@ class Connection(ReplyWriter):
         return None
 
     async def _req(self, params: list[bytes]) -> Reply:
-        d = self._settle_params(params, "REQ", 3)
+        msg_id = self._settle_params(params, "REQ", 3)
         ms = parse_int(params[2])
         if ms is None:
             raise ClientError("E_INVALID", f"REQ could not parse timeout {_show(params[2])}")
+        # As nsqd: a delay out of range is clamped (pynsq's backoff passes 1 h
+        # from its 41st attempt), not an error.
         mx = round(self.broker.options.max_req_timeout * 1000)
-        if ms < 0 or ms > mx:
-            raise ClientError("E_INVALID", f"REQ timeout {ms} out of range 0-{mx}")
+        clamped = min(max(ms, 0), mx)
+        if clamped != ms:
+            log.info("client %s: REQ timeout %d out of range 0-%d, using %d", self, ms, mx, clamped)
+            ms = clamped
+        d = self._in_flight(msg_id, "REQ")
         del self.in_flight[d.id]
         self.wake()
         try:
@@ -350,7 +359,7 @@ class Connection(ReplyWriter):
         return None
 
     async def _touch(self, params: list[bytes]) -> Reply:
-        d = self._settle_params(params, "TOUCH", 2)
+        d = self._in_flight(self._settle_params(params, "TOUCH", 2), "TOUCH")
         try:
             await d.touch()
         except DiskQueueError as exc:
@@ -464,15 +473,20 @@ class Connection(ReplyWriter):
                     self._waiter = None
             # No await between get() returning and the message being recorded and
             # written (but for a sampled-out one, finished at once), so cancelling
-            # the pump never strands a delivery.
-            d = await store.get(msg_timeout)
+            # the pump never strands a delivery: a cancelled get() takes nothing.
+            d = store.get_nowait(msg_timeout)
+            if d is None:
+                self._getting = True
+                try:
+                    d = await store.get(msg_timeout)
+                finally:
+                    self._getting = False
             if sample and _rng.randrange(100) >= sample:
                 # IDENTIFY sample_rate: like nsqd, a message sampled out is dropped.
                 await d.finish()
                 continue
             in_flight[d.id] = d
             self.message_count += 1
-            ch.message_count += 1
             self.send(message_frame(d.timestamp, d.attempts, d.id, d.body))
             await self._drain_if_needed()
 
@@ -486,10 +500,22 @@ class Connection(ReplyWriter):
     # ------------------------------------------------------------------ Subscriber
 
     def wake(self) -> None:
-        """Let the pump re-check the RDY count, the in-flight count and the pause flag."""
+        """Let the pump re-check the RDY count, the in-flight count and the pause flag.
+
+        A pump waiting in the store for the next message while the channel is
+        now held (paused, emptied) is restarted, so that it waits for the
+        channel instead: nothing is delivered to an idle consumer of a paused
+        channel, as in nsqd.
+        """
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
+        ch = self.channel
+        if self._getting and ch is not None and ch.held and self._pump is not None:
+            self._getting = False
+            self._pump.cancel()  # a cancelled store get() takes nothing
+            self._pump = None
+            self._start_pump()
 
     def take_in_flight(self) -> list[Delivery]:
         """Hand over (and forget) what is in flight here: the channel is being emptied.
