@@ -153,3 +153,15 @@ def queue_files(lay: Layout) -> list[str]:
     out = [*lay.segments().values(), *lay.bad_files(), *lay.meta_temp_files(),
            lay.meta_path, lay.lock_path]
     return sorted(p for p in out if os.path.exists(p))
+
+
+_ACK_LOG_RE = re.compile(r"\A(.+)\.ack\.\d{6,}\.log\Z")
+
+
+def ack_queue_names(directory: str) -> list[str]:
+    """Names of the AckQueues that have an ack log in ``directory``, sorted."""
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted({m.group(1) for e in entries if (m := _ACK_LOG_RE.match(e))})

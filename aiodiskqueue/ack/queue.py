@@ -10,7 +10,7 @@ import logging
 import os
 import warnings
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, final
 
@@ -170,7 +170,9 @@ class AckQueue:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.aclose()
 
-    async def _start(self) -> None:
+    async def _start(self, after_recovery: Callable[[AckQueue], Awaitable[None]] | None = None
+                     ) -> None:
+        """Open the files and recover; ``after_recovery`` runs before the first commit."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._clock: Clock = self._clock_arg or LoopClock(loop)
@@ -179,6 +181,8 @@ class AckQueue:
         try:
             self._journal = await self._pump.recover()
             self._state = QueueState.OPEN
+            if after_recovery is not None:
+                await after_recovery(self)
             await self._pump.commit_now()
         except BaseException:
             self._state = QueueState.CLOSED

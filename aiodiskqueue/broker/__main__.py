@@ -1,4 +1,8 @@
-"""``python -m aiodiskqueue.broker --data-dir D --tcp-port P --http-port Q``."""
+"""``python -m aiodiskqueue.broker --data-dir D --tcp-port P --http-port Q``.
+
+``python -m aiodiskqueue.broker export-for-nsqd D`` hands a stopped broker's
+directory back to nsqd (see :mod:`._export`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ import logging
 import signal
 import sys
 
+from ..errors import DiskQueueError
 from ._app import BrokerServer
+from ._export import export_for_nsqd
 from ._options import BrokerOptions
 
 
@@ -71,8 +77,32 @@ async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
         await stop.wait()
 
 
+def export_main(argv: list[str]) -> int:
+    """``export-for-nsqd DIR``: hand a stopped broker's directory to nsqd; returns the exit status."""
+    p = argparse.ArgumentParser(
+        prog="python -m aiodiskqueue.broker export-for-nsqd",
+        description="Move every in-flight, requeued and deferred message of a stopped "
+                    "broker's data directory into its nsqd disk queue, attempts kept.")
+    p.add_argument("data_dir", help="the broker's --data-dir")
+    p.add_argument("--max-msg-size", type=int, default=1 << 20,
+                   help="the broker's --max-msg-size, bytes")
+    args = p.parse_args(argv)
+    try:
+        opts = BrokerOptions(max_msg_size=args.max_msg_size)
+        moved = asyncio.run(export_for_nsqd(args.data_dir, opts))
+    except (DiskQueueError, OSError, ValueError, TypeError) as exc:
+        print(f"export-for-nsqd: error: {exc}", file=sys.stderr)
+        return 1
+    for name, n in moved.items():
+        print(f"{name}: {n} message(s) moved to the disk queue")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export-for-nsqd"]:
+        return export_main(argv[1:])
     args = parse_args(argv)
     try:
         opts = options(args)
