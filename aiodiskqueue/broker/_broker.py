@@ -13,6 +13,7 @@ from typing import Any
 
 from .._format.layout import fsync_dir
 from ._backend import open_store, remove_store
+from ._lookupd import LookupdPeer, command
 from ._options import BrokerOptions
 from ._protocol import VERSION, is_valid_name
 from ._topic import Channel, Topic
@@ -44,6 +45,8 @@ class Broker:
         self._closed = False
         self.closing = False
         """Set once :meth:`aclose` started: connections ending then do not delete anything."""
+        self.lookupd: list[LookupdPeer] = []
+        """The nsqlookupd registrations, told of every topic and channel created or deleted."""
 
     # ------------------------------------------------------------------ life cycle
 
@@ -103,6 +106,7 @@ class Broker:
                 store = await open_store(self.data_dir, name, self.options, dead_letters=False)
                 topic = Topic(name, store)
                 self.topics[name] = topic
+                self._notify(command("REGISTER", name))
                 if persist:
                     await self.persist_meta()
         return topic
@@ -118,6 +122,7 @@ class Broker:
                 store = await open_store(self.data_dir, f"{topic.name}:{name}", self.options)
                 ch = Channel(topic, name, store)
                 topic.add_channel(ch)
+                self._notify(command("REGISTER", topic.name, name))
                 if persist:
                     await self.persist_meta()
         return ch
@@ -133,6 +138,7 @@ class Broker:
                 return False
             for c in list(ch.clients.values()):
                 c.close()
+            self._notify(command("UNREGISTER", topic.name, name))
             await remove_store(ch.store, self.data_dir, ch.queue_name)
             await self.persist_meta()
         if topic.ephemeral and not topic.channels and not topic.deleting:
@@ -151,9 +157,14 @@ class Broker:
             if self.topics.pop(name, None) is None:
                 return False
             await topic.stop_pump()
+            self._notify(command("UNREGISTER", name))
             await remove_store(topic.backlog, self.data_dir, name)
             await self.persist_meta()
         return True
+
+    def _notify(self, cmd: bytes) -> None:
+        for peer in self.lookupd:
+            peer.notify(cmd)
 
     # ------------------------------------------------------------------ metadata
 
