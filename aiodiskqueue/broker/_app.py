@@ -10,7 +10,7 @@ from ._broker import Broker
 from ._http import HTTPApi
 from ._lookupd import LookupdPeer
 from ._options import BrokerOptions
-from ._server import TCPServer
+from ._tcp import TCPServer
 
 
 class BrokerServer:

@@ -13,7 +13,8 @@ log = logging.getLogger(__name__)
 Reply = bytes | ClientError | asyncio.Task[bytes] | None
 """What a command handler returns: a frame, an error, a reply still being stored, nothing."""
 
-_WRITE_HIGH_WATER = 1 << 20
+WRITE_HIGH_WATER = 1 << 20
+"""Bytes buffered for a client's socket above which the writer waits for it to drain."""
 
 
 class ReplyWriter:
@@ -54,7 +55,7 @@ class ReplyWriter:
 
     async def _drain_if_needed(self) -> None:
         transport = self.writer.transport
-        if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+        if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
             self._flush()
             await self.writer.drain()
 
@@ -120,4 +121,4 @@ def show(raw: bytes) -> str:
     return f'"{text}"' + ("..." if len(raw) > 80 else "")
 
 
-__all__ = ["Reply", "ReplyWriter", "show", "wake_future"]
+__all__ = ["WRITE_HIGH_WATER", "Reply", "ReplyWriter", "show", "wake_future"]

@@ -16,7 +16,7 @@ from ..errors import DiskQueueError
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
 from ._identify import ClientConfig, negotiate
-from ._output import Reply, ReplyWriter
+from ._output import WRITE_HIGH_WATER, Reply, ReplyWriter
 from ._output import show as _show
 from ._output import wake_future as _wake
 from ._protocol import (
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 _MAX_PENDING_REPLIES = 256
 """Publishes in progress per connection before the next command waits for the oldest."""
 
-_LINE_LIMIT = 64 * 1024
 _ids = itertools.count(1)
 _rng = random.Random()
 """Decides IDENTIFY sample_rate drops (its own instance, so tests can fix it)."""
@@ -457,6 +456,7 @@ class Connection(ReplyWriter):
         timeout = self.broker.options.msg_timeout if msg_timeout is None else msg_timeout
         sample = self.config.sample_rate
         in_flight = self.in_flight
+        transport = self.writer.transport
         while True:
             while len(in_flight) >= self.rdy or ch.held:
                 now = loop.time()
@@ -488,7 +488,8 @@ class Connection(ReplyWriter):
             in_flight[d.id] = d
             self.message_count += 1
             self.send(message_frame(d.timestamp, d.attempts, d.id, d.body))
-            await self._drain_if_needed()
+            if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                await self._drain_if_needed()
 
     def _prune(self, now: float, timeout: float) -> None:
         """Forget deliveries the store took back after their deadline (timed out)."""
@@ -554,46 +555,4 @@ class Connection(ReplyWriter):
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
 
 
-class TCPServer:
-    """Accepts protocol V2 connections for a :class:`Broker`."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.connections: dict[int, Connection] = {}
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port`` (0 picks a free port); return the port."""
-        self._server = await asyncio.start_server(self._handle, host, port, limit=_LINE_LIMIT)
-        sock = self._server.sockets[0]
-        real_port: int = sock.getsockname()[1]
-        return real_port
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(self.broker, reader, writer)
-        self.connections[conn.id] = conn
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            await conn.run()
-        finally:
-            self.connections.pop(conn.id, None)
-            if task is not None:
-                self._tasks.discard(task)
-
-    async def aclose(self) -> None:
-        """Stop listening and close every connection (their in-flight messages are requeued)."""
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self.connections.values()):
-            conn.close()
-        if self._tasks:
-            # Each handler sees its stream end and tears down (requeues) by itself.
-            await asyncio.wait(list(self._tasks), timeout=10.0)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-
-__all__ = ["Connection", "TCPServer"]
+__all__ = ["Connection", "State"]
