@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from aiodiskqueue import AckQueue, Message
+from aiodiskqueue import AckQueue, Message, QueueEmpty
 from aiodiskqueue.ack.clock import ManualClock
 
 MakeAck = Callable[..., Awaitable[AckQueue]]
@@ -139,3 +139,20 @@ async def test_order_after_read_ahead(make_ack: MakeAck) -> None:
         out.append(m.body)
         await m.finish()
     assert out == bodies[1:] + [bodies[0]]
+
+
+async def test_requeued_message_waits_while_taking_is_paused_for_a_commit(
+        make_ack: MakeAck) -> None:
+    # While a commit pauses taking from the data queue, a requeued message does
+    # not overtake the messages queued ahead of it.
+    q = await make_ack()
+    await q.put_many([b"m0", b"m1"])
+    m0 = await get(q)
+    await m0.requeue(0)
+    q._pump.paused = True  # what commit_now() does while it syncs
+    try:
+        with pytest.raises(QueueEmpty):
+            q.get_nowait()
+    finally:
+        q._pump.paused = False
+    assert [(await get(q)).body for _ in range(2)] == [b"m1", b"m0"]

@@ -406,7 +406,9 @@ class AckQueue:
                         return None
                 else:
                     e = self._take(payload)
-            elif behind:
+            elif behind and not self._data.qsize():
+                # Taking from the data queue is paused for a commit: what was
+                # queued ahead of the head of _behind waits, so it waits too.
                 e = behind.popleft()
                 if e.state is not EntryState.READY:
                     continue

@@ -20,8 +20,11 @@ from ._options import BrokerOptions
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line (nsqd's flag names where one exists)."""
-    p = argparse.ArgumentParser(prog="python -m aiodiskqueue.broker",
-                                description="An NSQ-protocol broker on aiodiskqueue.")
+    p = argparse.ArgumentParser(
+        prog="python -m aiodiskqueue.broker",
+        description="An NSQ-protocol broker on aiodiskqueue.",
+        epilog="python -m aiodiskqueue.broker export-for-nsqd DIR: move a stopped broker's "
+               "in-flight and deferred messages into nsqd's disk queues (--help for more).")
     p.add_argument("--data-dir", required=True, help="directory for queues and metadata")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--tcp-port", type=int, default=4150, help="protocol V2 port (0: any free port)")
