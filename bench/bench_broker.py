@@ -18,7 +18,22 @@ the last message received (and FIN sent). Rows:
 ``broker ansq``      ansq (PyPI) publishers and consumers.
 ``broker ansq mpub`` ansq publishers sending ``MPUB`` of 100.
 
+Then the broker's own CPU cost per message, with pynsq (the tornado client)
+in a child process, each phase on its own (``--cpu-messages``, 50,000 by
+default, of ``--size`` bytes):
+
+``pynsq PUB``        one Writer, ``PUB`` with up to ``--window`` unanswered.
+``pynsq MPUB x100``  one Writer, ``MPUB`` of 100.
+``pynsq consume``    one Reader, ``max_in_flight`` 200, FIN for each, over the
+                     messages the two publish phases stored.
+
+The CPU column is the broker process's utime + stime from
+``/proc/PID/stat`` (all its threads) over the phase, per message; the
+library row's is this process's CPU. Wall-clock rows also show the broker's
+CPU per message.
+
     python bench/bench_broker.py --messages 20000 --publishers 4 --consumers 4 [--uvloop]
+    python bench/bench_broker.py --only-cpu        # just the pynsq CPU rows
 
 The broker and the clients share the machine's cores: the figures are
 end-to-end system throughput on one host, not the broker's ceiling.
@@ -29,6 +44,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import resource
 import select
 import struct
 import subprocess
@@ -41,13 +58,30 @@ from aiohttp import ClientSession
 
 from aiodiskqueue import AckQueue
 
-Row = tuple[str, float, float]  # name, seconds, messages/s
+Row = tuple[str, float, float, float]  # name, seconds, messages/s, CPU us per message
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """utime + stime of process ``pid`` (all its threads) in seconds, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def self_cpu() -> float:
+    """This process's user + system CPU seconds."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 # ---------------------------------------------------------------------- library anchor
 
-async def run_library(n: int, size: int, pubs: int, cons: int, sync_every: int) -> float:
-    """Producers and consumers as tasks on one AckQueue; return seconds."""
+async def run_library(n: int, size: int, pubs: int, cons: int, sync_every: int
+                      ) -> tuple[float, float]:
+    """Producers and consumers as tasks on one AckQueue; return seconds and CPU seconds."""
     body = b"x" * size
     with tempfile.TemporaryDirectory() as d:
         async with AckQueue(d, "t:c", format="nsq", max_in_flight=1 << 30,
@@ -68,15 +102,15 @@ async def run_library(n: int, size: int, pubs: int, cons: int, sync_every: int) 
                     if received >= n:
                         done.set()
 
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), self_cpu()
             consumers = [asyncio.ensure_future(consume()) for _ in range(cons)]
             await asyncio.gather(*(produce(k) for k in _split(n, pubs)))
             await done.wait()
-            elapsed = time.perf_counter() - t0
+            elapsed, cpu = time.perf_counter() - t0, self_cpu() - c0
             for c in consumers:
                 c.cancel()
             await asyncio.gather(*consumers, return_exceptions=True)
-            return elapsed
+            return elapsed, cpu
 
 
 def _split(n: int, parts: int) -> list[int]:
@@ -218,6 +252,108 @@ async def ansq_consumer(port: int, topic: str, rdy: int, counter: list[int], n: 
         await c.close()
 
 
+# ---------------------------------------------------------------------- pynsq clients (CPU rows)
+
+PYNSQ = r'''
+import json, sys, time
+import nsq
+import tornado.ioloop
+
+mode, port, topic, n, size, arg = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+loop = tornado.ioloop.IOLoop.current()
+body = b"x" * size
+state = {"sent": 0, "done": 0, "errors": 0, "t0": 0.0}
+
+def stop():
+    print(json.dumps({"seconds": time.perf_counter() - state["t0"], "done": state["done"],
+                      "errors": state["errors"]}), flush=True)
+    loop.stop()
+
+if mode in ("pub", "mpub"):
+    w = nsq.Writer(["127.0.0.1:%d" % port])
+    batch = arg if mode == "mpub" else 1
+
+    def send():
+        m = min(batch, n - state["sent"])
+        state["sent"] += m
+        if m == 1:
+            w.pub(topic, body, callback=lambda c, d: done(c, d, 1))
+        else:
+            w.mpub(topic, [body] * m, callback=lambda c, d: done(c, d, m))
+
+    def done(conn, data, m):
+        if isinstance(data, nsq.Error):
+            state["errors"] += 1
+        state["done"] += m
+        if state["done"] >= n:
+            stop()
+        elif state["sent"] < n:
+            send()
+
+    def start():
+        if not w.conns:
+            loop.call_later(0.01, start)
+            return
+        state["t0"] = time.perf_counter()
+        window = arg if mode == "pub" else 1
+        for _ in range(min(window, n)):
+            send()
+
+    loop.add_callback(start)
+else:
+    def handler(msg):
+        if state["done"] == 0:
+            state["t0"] = time.perf_counter()
+        state["done"] += 1
+        if state["done"] >= n:
+            loop.add_callback(stop)
+        return True
+
+    nsq.Reader(topic=topic, channel="ch", message_handler=handler,
+               nsqd_tcp_addresses=["127.0.0.1:%d" % port], max_in_flight=arg,
+               lookupd_poll_interval=600)
+loop.start()
+'''
+
+
+async def pynsq_phase(broker: BrokerProcess, mode: str, topic: str, n: int, size: int,
+                      arg: int) -> tuple[float, float]:
+    """Run one pynsq child (pub, mpub or sub); return its seconds and the broker's CPU seconds.
+
+    The broker's CPU is read from just before the child starts to just after
+    it reports: the child's connect and start-up add a few milliseconds.
+    """
+    c0 = process_cpu(broker.proc.pid)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PYNSQ, mode, str(broker.tcp), topic, str(n), str(size), str(arg),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 900)
+    cpu = process_cpu(broker.proc.pid) - c0
+    if proc.returncode != 0:
+        raise RuntimeError(f"pynsq {mode} failed: {err.decode()[-2000:]}")
+    res = json.loads(out.decode().strip().splitlines()[-1])
+    if res["errors"] or res["done"] < n:
+        raise RuntimeError(f"pynsq {mode}: {res}")
+    return float(res["seconds"]), cpu
+
+
+async def cpu_rows(args: argparse.Namespace, broker: BrokerProcess,
+                   add: Callable[[str, int, float, float], None]) -> None:
+    """The pynsq rows: PUB, MPUB x100 into one channel, then consume all of them."""
+    n, size = args.cpu_messages, args.size
+    topic = "cpu"
+    async with ClientSession() as s:
+        for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel=ch"):
+            async with s.post(f"http://127.0.0.1:{broker.http}{path}") as r:
+                assert r.status == 200, await r.text()
+    secs, cpu = await pynsq_phase(broker, "pub", topic, n, size, args.window)
+    add(f"pynsq PUB (window {args.window})", n, secs, cpu)
+    secs, cpu = await pynsq_phase(broker, "mpub", topic, n, size, 100)
+    add("pynsq MPUB x100", n, secs, cpu)
+    secs, cpu = await pynsq_phase(broker, "sub", topic, 2 * n, size, 200)
+    add("pynsq consume (mif 200)", 2 * n, secs, cpu)
+
+
 # ---------------------------------------------------------------------- driver
 
 Publisher = Callable[[int, str, int, bytes], Awaitable[None]]
@@ -225,8 +361,9 @@ Consumer = Callable[[int, str, int, list[int], int, asyncio.Event], Awaitable[No
 
 
 async def run_broker(broker: BrokerProcess, topic: str, n: int, size: int, pubs: int,
-                     cons: int, rdy: int, publisher: Publisher, consumer: Consumer) -> float:
-    """One end-to-end run through the broker; returns seconds (FINs checked after)."""
+                     cons: int, rdy: int, publisher: Publisher, consumer: Consumer
+                     ) -> tuple[float, float]:
+    """One end-to-end run through the broker; returns seconds and broker CPU seconds."""
     body = b"x" * size
     counter = [0]
     done = asyncio.Event()
@@ -239,10 +376,10 @@ async def run_broker(broker: BrokerProcess, topic: str, n: int, size: int, pubs:
             failed[0].result()
             raise RuntimeError("a consumer ended before subscribing")
         await asyncio.sleep(0.01)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), process_cpu(broker.proc.pid)
     await asyncio.gather(*(publisher(broker.tcp, topic, k, body) for k in _split(n, pubs)))
     await asyncio.wait_for(done.wait(), 600)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, process_cpu(broker.proc.pid) - c0
     for c in consumers:
         c.cancel()
     await asyncio.gather(*consumers, return_exceptions=True)
@@ -252,7 +389,7 @@ async def run_broker(broker: BrokerProcess, topic: str, n: int, size: int, pubs:
         await asyncio.sleep(0.01)
     else:
         raise RuntimeError("not every message was finished")
-    return elapsed
+    return elapsed, cpu
 
 
 async def _clients(broker: BrokerProcess, topic: str) -> int:
@@ -266,21 +403,27 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
     n, size, pubs, cons, rdy = args.messages, args.size, args.publishers, args.consumers, args.rdy
     rows: list[Row] = []
 
-    def add(name: str, secs: float) -> None:
-        rows.append((name, secs, n / secs))
-        print(f"{name:22} {n:8d} msgs {secs:8.2f} s {n / secs:10.0f} msg/s", file=sys.stderr)
+    def add(name: str, count: int, secs: float, cpu: float) -> None:
+        rows.append((name, secs, count / secs, cpu / count * 1e6))
+        print(f"{name:26} {count:8d} msgs {secs:8.2f} s {count / secs:10.0f} msg/s "
+              f"{cpu / count * 1e6:7.1f} us CPU/msg", file=sys.stderr)
 
-    add("library", await run_library(n, size, pubs, cons, args.sync_every))
+    secs, cpu = await run_library(n, size, pubs, cons, args.sync_every)
+    add("library", n, secs, cpu)
     broker = BrokerProcess(args.sync_every, *(["--uvloop"] if args.uvloop else []))
     try:
-        variants: list[tuple[str, Publisher, Consumer]] = [
-            ("broker raw", lambda p, t, k, b: raw_publisher(p, t, k, b, 1), raw_consumer),
-            ("broker raw x64", lambda p, t, k, b: raw_publisher(p, t, k, b, 64), raw_consumer),
-            ("broker ansq", lambda p, t, k, b: ansq_publisher(p, t, k, b, 1), ansq_consumer),
-            ("broker ansq mpub", lambda p, t, k, b: ansq_publisher(p, t, k, b, 100), ansq_consumer),
-        ]
-        for i, (name, pub, con) in enumerate(variants):
-            add(name, await run_broker(broker, f"bench{i}", n, size, pubs, cons, rdy, pub, con))
+        if not args.only_cpu:
+            variants: list[tuple[str, Publisher, Consumer]] = [
+                ("broker raw", lambda p, t, k, b: raw_publisher(p, t, k, b, 1), raw_consumer),
+                ("broker raw x64", lambda p, t, k, b: raw_publisher(p, t, k, b, 64), raw_consumer),
+                ("broker ansq", lambda p, t, k, b: ansq_publisher(p, t, k, b, 1), ansq_consumer),
+                ("broker ansq mpub", lambda p, t, k, b: ansq_publisher(p, t, k, b, 100),
+                 ansq_consumer),
+            ]
+            for i, (name, pub, con) in enumerate(variants):
+                secs, cpu = await run_broker(broker, f"bench{i}", n, size, pubs, cons, rdy, pub, con)
+                add(name, n, secs, cpu)
+        await cpu_rows(args, broker, add)
     finally:
         broker.close()
     return rows
@@ -290,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     """Command line entry point; prints a table (or JSON with ``--json``)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--cpu-messages", type=int, default=50_000,
+                   help="messages per pynsq CPU phase (default 50,000)")
+    p.add_argument("--window", type=int, default=100,
+                   help="unanswered PUBs of the pynsq PUB phase (default 100)")
+    p.add_argument("--only-cpu", action="store_true", help="only the library and pynsq CPU rows")
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--publishers", type=int, default=4)
     p.add_argument("--consumers", type=int, default=4)
@@ -305,15 +453,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = uvloop.run(main_async(args))
     else:
         rows = asyncio.run(main_async(args))
-    anchor = rows[0][2]
+    anchor, anchor_cpu = rows[0][2], rows[0][3]
     if args.json:
-        print(json.dumps([{"row": r, "seconds": s, "msgs_per_s": m, "vs_library": m / anchor}
-                          for r, s, m in rows]))
+        print(json.dumps([{"row": r, "seconds": s, "msgs_per_s": m, "vs_library": m / anchor,
+                           "cpu_us_per_msg": c, "cpu_vs_library": c / anchor_cpu}
+                          for r, s, m, c in rows]))
     else:
         print(f"\n{n_desc(args)}")
-        print(f"{'row':22} {'msg/s':>10} {'vs library':>11}")
-        for r, _s, m in rows:
-            print(f"{r:22} {m:10.0f} {m / anchor:10.2f}x")
+        print(f"{'row':26} {'msg/s':>10} {'vs library':>11} {'CPU us/msg':>11} {'CPU vs lib':>11}")
+        for r, _s, m, c in rows:
+            print(f"{r:26} {m:10.0f} {m / anchor:10.2f}x {c:11.1f} {c / anchor_cpu:10.2f}x")
+        print("CPU us/msg: the broker process's (the library row: this process's).")
     return 0
 
 

@@ -305,12 +305,12 @@ async def test_nsq_format_round_trip(tmp_path: Path, make_ack: MakeAck) -> None:
 async def test_dead_letter_after_max_attempts(make_ack: MakeAck) -> None:
     q = await make_ack(max_attempts=2)
     await q.put(b"poison")
-    await q.put(b"fine")
     m = await get(q)
     assert (m.body, m.attempts) == (b"poison", 1)
     await m.requeue()
     m = await get(q)
     assert (m.body, m.attempts) == (b"poison", 2)
+    await q.put(b"fine")
     await m.requeue(delay=100.0)  # out of attempts: dead-lettered now, not in 100 s
     m = await get(q)
     assert m.body == b"fine"

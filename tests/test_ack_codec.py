@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import struct
 
-import pytest
-
 from aiodiskqueue._format import nsq
 from aiodiskqueue.ack.codec import (
     ENTRY,

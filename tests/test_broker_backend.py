@@ -61,39 +61,52 @@ async def test_store_files_names_every_file_an_ack_queue_writes(
 ) -> None:
     """Fails if AckQueue starts writing a file that remove_store would leave behind."""
     opts = {"max_attempts": 1, "max_bytes_per_file": 256, "max_msg_size": 64}
-    neighbours = ["t:a.b", "t:a.ack", "t:ab"]  # names that share a prefix with t:a
+    # Names that share a prefix with t:a, t:a.dead among them (a valid channel name).
+    neighbours = ["t:a.b", "t:a.ack", "t:ab", "t:a.dead"]
     for name in neighbours:
         s = await stores(name, **opts)
         await _use(s, 10)
         await s.aclose()
-    before = set(os.listdir(tmp_path))
+    before = _tree(tmp_path)
     s = await stores("t:a", **opts)
     await _use(s, 10)
     await s.aclose()
-    written = set(os.listdir(tmp_path)) - before
+    written = _tree(tmp_path) - before
     # The test really made every kind: several segments, the ack log, dead letters, meta, lock.
     assert sum(f.startswith("t:a.diskqueue.0") for f in written) > 1
     assert any(f.startswith("t:a.ack.") for f in written)
-    assert any(f.startswith("t:a.dead.diskqueue.") for f in written)
+    assert any(f.startswith("t:a.dead-letters/t:a.diskqueue.") for f in written)
     assert {"t:a.diskqueue.meta.dat", "t:a.diskqueue.lock"} <= written
-    assert sorted(os.path.basename(p) for p in store_files(str(tmp_path), "t:a")) == sorted(written)
+    listed = {os.path.relpath(p, tmp_path) for p in store_files(str(tmp_path), "t:a")}
+    assert listed == written
+    # No neighbour's file is claimed.
+    for name in neighbours:
+        assert not set(store_files(str(tmp_path), name)) & set(store_files(str(tmp_path), "t:a"))
+
+
+def _tree(root: Path) -> set[str]:
+    """Every file under ``root``, relative to it."""
+    return {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
 
 
 async def test_remove_store_leaves_no_file_and_keeps_neighbours(
     tmp_path: Path, stores: OpenStore
 ) -> None:
-    other = await stores("t:a.b")
-    await other.put(b"kept")
-    await other.aclose()
+    for name in ("t:a.b", "t:a.dead"):
+        other = await stores(name)
+        await other.put(b"kept " + name.encode())
+        await other.aclose()
     before = set(os.listdir(tmp_path))
     s = await stores("t:a", max_attempts=1, max_bytes_per_file=256, max_msg_size=64)
     await _use(s, 10)
+    assert os.path.isdir(tmp_path / "t:a.dead-letters")
     await remove_store(s, tmp_path, "t:a")
     assert store_files(str(tmp_path), "t:a") == []
     assert set(os.listdir(tmp_path)) == before
-    other = await stores("t:a.b")
-    d = await asyncio.wait_for(other.get(), WAIT)
-    assert d.body == b"kept"
+    for name in ("t:a.b", "t:a.dead"):
+        other = await stores(name)
+        d = await asyncio.wait_for(other.get(), WAIT)
+        assert d.body == b"kept " + name.encode()
     # Opening the removed name again starts empty.
     again = await stores("t:a")
     assert again.stats() == StoreStats(0, 0, 0, 0, 0, 0, 0)

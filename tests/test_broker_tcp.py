@@ -247,7 +247,6 @@ FATAL_CASES = [
     (b"DPUB t soon\n", b'E_INVALID DPUB could not parse timeout "soon"'),
     (b"SUB t bad:channel\n", b'E_BAD_CHANNEL SUB channel name "bad:channel" is not valid'),
     (b"SUB t\n", b"E_INVALID SUB insufficient number of parameters"),
-    (b"SUB t x.dead\n", b'E_BAD_CHANNEL SUB channel name "x.dead" is not valid'),
     (b"RDY 5\n", b"E_INVALID cannot RDY in current state"),
     (b"FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),
     (b"CLS\n", b"E_INVALID cannot CLS in current state"),
@@ -262,7 +261,7 @@ FATAL_CASES = [
     ("data", "expected"), FATAL_CASES,
     ids=["unknown-command", "bad-topic", "long-topic", "pub-no-topic", "oversize-body",
          "zero-body", "negative-body", "mpub-body-too-big", "mpub-zero-count", "mpub-msg-too-big",
-         "dpub-range", "dpub-parse", "bad-channel", "sub-params", "reserved-channel", "rdy-before-sub",
+         "dpub-range", "dpub-parse", "bad-channel", "sub-params", "rdy-before-sub",
          "fin-before-sub", "cls-before-sub", "identify-bad-json", "identify-too-big",
          "auth", "line-too-long"],
 )
@@ -401,7 +400,10 @@ async def test_sample_rate(
     monkeypatch.setattr("aiodiskqueue.broker._server._rng.randrange", lambda n: 50)
     c = await connect(broker.tcp_port, raw_clients, sample_rate=rate)
     await c.sub("sampled", "ch")
-    await c.pub("sampled", b"maybe")
+    # Published on another connection: on the subscriber's own, the message
+    # may come before the OK of its PUB.
+    p = await connect(broker.tcp_port, raw_clients)
+    await p.pub("sampled", b"maybe")
     if delivered:
         assert (await c.read()).body == b"maybe"
     else:

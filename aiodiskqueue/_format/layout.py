@@ -112,3 +112,64 @@ def queue_names(directory: str) -> list[str]:
         if m:
             names.add(m.group(1))
     return sorted(names)
+
+
+# ---------------------------------------------------------------------- AckQueue files
+
+DEAD_LETTER_DIR_SUFFIX = ".dead-letters"
+"""An AckQueue's dead-letter queue lives in the subdirectory ``NAME.dead-letters``.
+
+A subdirectory rather than a sibling queue ``NAME.dead``: every queue's own
+file name ends in ``.dat``, ``.lock``, ``.tmp``, ``.bad[.N]`` or ``.log``, and
+no queue name can contain ``/``, so no other queue's files, whatever its
+name, can ever be those of a dead-letter queue (an earlier layout used the
+sibling ``NAME.dead``, which is also a valid name of an unrelated queue).
+"""
+
+
+def dead_letter_layout(directory: str, name: str) -> Layout:
+    """Where the dead-letter queue of AckQueue ``name`` lives: queue ``name`` in ``NAME.dead-letters/``."""
+    return Layout(os.path.join(directory, name + DEAD_LETTER_DIR_SUFFIX), name)
+
+
+def legacy_dead_letter_layout(directory: str, name: str) -> Layout:
+    """The dead-letter queue's place in the earlier layout: the sibling queue ``NAME.dead``."""
+    return Layout(directory, name + ".dead")
+
+
+def ack_log_path(directory: str, name: str, num: int) -> str:
+    """``NAME.ack.%06d.log``: segment ``num`` of AckQueue ``name``'s ack log.
+
+    No other queue's files collide: no DiskQueue file ends in ``.log``, and
+    ``.ack.DIGITS.log`` read from the right gives back exactly one ``NAME``.
+    """
+    return os.path.join(directory, f"{name}.ack.{num:06d}.log")
+
+
+def ack_log_files(directory: str, name: str) -> dict[int, str]:
+    """Existing ack log segments of AckQueue ``name``, by number (exact names only)."""
+    pat = re.compile(rf"\A{re.escape(name)}\.ack\.(\d{{6,}})\.log\Z")
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return {}
+    return {int(m.group(1)): os.path.join(directory, e) for e in entries if (m := pat.match(e))}
+
+
+def queue_files(lay: Layout) -> list[str]:
+    """Every existing file of the DiskQueue at ``lay``: segments, ``.bad`` ones, meta, temps, lock."""
+    out = [*lay.segments().values(), *lay.bad_files(), *lay.meta_temp_files(),
+           lay.meta_path, lay.lock_path]
+    return sorted(p for p in out if os.path.exists(p))
+
+
+_ACK_LOG_RE = re.compile(r"\A(.+)\.ack\.\d{6,}\.log\Z")
+
+
+def ack_queue_names(directory: str) -> list[str]:
+    """Names of the AckQueues that have an ack log in ``directory``, sorted."""
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted({m.group(1) for e in entries if (m := _ACK_LOG_RE.match(e))})

@@ -54,6 +54,7 @@ class Entry:
     """One message known to the ack log."""
 
     __slots__ = (
+        "after",
         "attempts",
         "body",
         "built",
@@ -84,6 +85,9 @@ class Entry:
         self.ver = 0  # bumped on each state change: older heap items are stale
         self.msg: Any = None  # the Message of the current delivery
         self.built = -1  # the build number that encoded the E record
+        # Made due again (requeued, timed out, deferred): delivered once the data
+        # queue's takes reach this fetch_seq, behind what was queued then.
+        self.after = 0
 
 
 @dataclass(slots=True)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import zlib
 from dataclasses import dataclass, field
 
 from .._format import nsq
+from .._format.layout import ack_log_files, ack_log_path
 from .codec import (
     ENTRY,
     FRAME,
@@ -113,7 +113,6 @@ class AckLog:
         self.directory = directory
         self.name = name
         self.segment_bytes = segment_bytes
-        self._pattern = re.compile(re.escape(name) + r"\.ack\.(\d{6,})\.log$")
         self.active = 0
         self.size = 0
         self.sizes: dict[int, int] = {}
@@ -126,7 +125,7 @@ class AckLog:
 
     def path(self, num: int) -> str:
         """The file name of segment ``num``."""
-        return os.path.join(self.directory, f"{self.name}.ack.{num:06d}.log")
+        return ack_log_path(self.directory, self.name, num)
 
     # ------------------------------------------------------------------ open / recovery
 
@@ -135,8 +134,7 @@ class AckLog:
 
         Raises OSError if the files cannot be read or created.
         """
-        nums = sorted(int(m.group(1)) for f in os.listdir(self.directory)
-                      if (m := self._pattern.match(f)))
+        nums = sorted(ack_log_files(self.directory, self.name))
         entries: dict[int, Stored] = {}
         commit: tuple[int, int, int] | None = None
         cut = 0

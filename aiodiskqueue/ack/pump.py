@@ -19,6 +19,7 @@ from .._core.iothread import IOThread
 from .._format import nsq
 from ..errors import DiskQueueError, QueueClosed
 from .codec import head_record
+from .files import migrate_dead_letters
 from .journal import Entry, EntryState, Journal
 from .log import AckLog, Recovered
 
@@ -77,6 +78,12 @@ class Pump:
         q = self._q
         await q._data.__aenter__()
         if q._dead_q is not None:
+            # The data queue's lock is held: no other opener of this queue races the move.
+            try:
+                await q._loop.run_in_executor(None, migrate_dead_letters, q.directory, q.name)
+            except OSError as exc:
+                raise DiskQueueError(f"cannot move the dead letters of {q.name!r} in "
+                                     f"{q.directory!r} to their new place: {exc}") from exc
             await q._dead_q.__aenter__()
         self._io = IOThread(f"aiodiskqueue-ack-{q.name}")
         self._store = AckLog(q.directory, q.name, q._segment_bytes)
@@ -362,7 +369,7 @@ class Pump:
             return
         for e, ver in held:
             if e.ver == ver:  # not purged or otherwise moved on meanwhile
-                self._q._make_due(e)
+                self._q._make_due(e, e.after)
         _settle(waiters, None)
 
     async def commit_now(self, resume: bool = True) -> None:

@@ -10,12 +10,13 @@ import logging
 import os
 import warnings
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, final
 
 from .._core.options import DEFAULTS
 from .._format import nsq
+from .._format.layout import dead_letter_layout
 from ..errors import DiskQueueError, MessageNotInFlight, MessageSizeError, QueueClosed, QueueEmpty
 from ..queue import DiskQueue
 from .clock import Clock, LoopClock
@@ -62,7 +63,7 @@ class AckQueue:
     ``max_msg_timeout`` (>= msg_timeout, cap for ``touch``), ``max_delay``
     (bound for put and requeue delays), ``max_in_flight`` (>= 1),
     ``max_attempts`` (0 = unlimited, else deliveries before dead-lettering to
-    ``NAME.dead``), ``format`` (``"raw"``: the payload is the body; ``"nsq"``:
+    the queue ``NAME`` in the subdirectory ``NAME.dead-letters``), ``format`` (``"raw"``: the payload is the body; ``"nsq"``:
     nsqd's message layout), ``clock`` (for tests), ``log_segment_bytes``, and
     every :class:`~aiodiskqueue.DiskQueue` option, with the same defaults, for
     the data queue (``sync_every`` and ``sync_interval`` set when commits happen;
@@ -126,13 +127,16 @@ class AckQueue:
                                sync_interval=_NO_SYNC_INTERVAL, maxsize=maxsize, **common)
         self._dead_q: DiskQueue | None = None
         if self._max_attempts:
-            self._dead_q = DiskQueue(directory, name + ".dead", sync_every=sync_every,
+            dead = dead_letter_layout(self._directory, name)
+            self._dead_q = DiskQueue(dead.directory, dead.name, sync_every=sync_every,
                                      sync_interval=sync_interval, **common)
         self._clock_arg = clock
         self._ids = IdGenerator()
         self._pump = Pump(self)
 
         self._ready: deque[Entry] = deque()
+        self._behind: deque[Entry] = deque()
+        """Due again (requeued, timed out, deferred): each behind what was queued then."""
         self._need_load: deque[Entry] = deque()
         self._getters: deque[asyncio.Future[None]] = deque()
         self._fetch_seq = 0
@@ -166,7 +170,9 @@ class AckQueue:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.aclose()
 
-    async def _start(self) -> None:
+    async def _start(self, after_recovery: Callable[[AckQueue], Awaitable[None]] | None = None
+                     ) -> None:
+        """Open the files and recover; ``after_recovery`` runs before the first commit."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._clock: Clock = self._clock_arg or LoopClock(loop)
@@ -175,6 +181,8 @@ class AckQueue:
         try:
             self._journal = await self._pump.recover()
             self._state = QueueState.OPEN
+            if after_recovery is not None:
+                await after_recovery(self)
             await self._pump.commit_now()
         except BaseException:
             self._state = QueueState.CLOSED
@@ -377,7 +385,12 @@ class AckQueue:
     def _try_take(self, timeout: float) -> Message | None:
         self._check_open()
         while len(self._inflight) < self._max_in_flight:
-            if self._ready:
+            behind = self._behind
+            if behind and self._behind_first():
+                e = behind.popleft()
+                if e.state is not EntryState.READY:
+                    continue
+            elif self._ready:
                 e = self._ready.popleft()
                 if e.state is not EntryState.READY:
                     continue
@@ -385,14 +398,38 @@ class AckQueue:
                 try:
                     payload = self._data.get_nowait()
                 except DiskQueueError:  # QueueEmpty: nothing read ahead yet
-                    return None
-                e = self._take(payload)
+                    if behind and not self._data.qsize():
+                        e = behind.popleft()
+                        if e.state is not EntryState.READY:
+                            continue
+                    else:
+                        return None
+                else:
+                    e = self._take(payload)
+            elif behind and not self._data.qsize():
+                # Taking from the data queue is paused for a commit: what was
+                # queued ahead of the head of _behind waits, so it waits too.
+                e = behind.popleft()
+                if e.state is not EntryState.READY:
+                    continue
             else:
                 return None
             m = self._deliver(e, timeout)
             if m is not None:
                 return m
         return None
+
+    def _behind_first(self) -> bool:
+        """Whether the head of ``_behind`` is due before the next message of the data queue.
+
+        As nsqd's ``REQ 0`` and timeouts: a message made due again goes behind
+        every message that was queued at that moment (read ahead into
+        ``_ready`` or still in the data queue), ahead of later ones.
+        """
+        after = self._behind[0].after
+        if self._ready:
+            return after < self._ready[0].fetch_seq
+        return after <= self._fetch_seq
 
     def _take(self, payload: bytes) -> Entry:
         """A message just taken out of the data queue becomes a log entry."""
@@ -454,6 +491,7 @@ class AckQueue:
         if self._max_attempts and e.attempts >= self._max_attempts:
             self._make_due(e)  # out of attempts: dead-lettered now, waiting is pointless
         elif d == 0.0 and self._sync_every == 1:
+            e.after = self._fetch_seq + self._data.qsize()  # its place is taken now
             self._pump.hold(e)  # released by the next log sync or commit
         elif d == 0.0:
             self._make_due(e)
@@ -489,8 +527,10 @@ class AckQueue:
         if e.log_state is LogState.WRITTEN:
             e.body = None  # on disk: read back when due
 
-    def _make_due(self, e: Entry) -> None:
+    def _make_due(self, e: Entry, after: int | None = None) -> None:
+        """Make ``e`` deliverable again, behind what is queued now (or behind ``after``)."""
         e.ver += 1
+        e.after = self._fetch_seq + self._data.qsize() if after is None else after
         if e.body is not None:
             self._make_ready(e)
         else:
@@ -504,7 +544,10 @@ class AckQueue:
             self._to_dead_letters(e)
             return
         e.state = EntryState.READY
-        self._ready.append(e)
+        if e.after:
+            self._behind.append(e)
+        else:
+            self._ready.append(e)
         self._wake_getters(1)
 
     def _to_dead_letters(self, e: Entry) -> None:
@@ -518,6 +561,7 @@ class AckQueue:
             if e.state in (EntryState.READY, EntryState.LOADING, EntryState.DEFERRED):
                 self._journal.done(e)
         self._ready.clear()
+        self._behind.clear()
         self._need_load.clear()
         self._inflight.clear_deferred()
 
@@ -576,7 +620,7 @@ class AckQueue:
     def qsize(self) -> int:
         """Messages ready to deliver: not in flight, not deferred (``len(q)`` too)."""
         # Entries in _ready are READY until taken (purge clears the deque).
-        return self._data.qsize() + len(self._ready) + len(self._need_load)
+        return self._data.qsize() + len(self._ready) + len(self._behind) + len(self._need_load)
 
     def __len__(self) -> int:
         return self.qsize()
@@ -590,7 +634,7 @@ class AckQueue:
 
     @property
     def dead_letters(self) -> DiskQueue:
-        """The dead-letter queue ``NAME.dead``, open while this queue is open.
+        """The dead-letter queue (``NAME`` in ``NAME.dead-letters/``), open while this queue is open.
 
         Raises DiskQueueError if ``max_attempts`` is 0 (there is none).
         """

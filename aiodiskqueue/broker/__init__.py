@@ -16,14 +16,16 @@ error codes, fatal or not as in nsqd) and the HTTP API clients and tools use
 channels are left out of the metadata and deleted with their last client.
 
 Not offered: TLS, snappy, deflate (IDENTIFY answers ``false``, clients stay
-on the plain stream), AUTH (``E_AUTH_DISABLED``), nsqlookupd registration.
+on the plain stream), AUTH (``E_AUTH_DISABLED``). With
+``--lookupd-tcp-address`` the broker registers its topics and channels with
+nsqlookupd as nsqd does (:mod:`._lookupd`), under ``--broadcast-address``.
 A client's IDENTIFY ``msg_timeout`` (1 s up to the broker's ``max_msg_timeout``,
 nsqd's 15 min by default) applies to the messages delivered to it and to
 their touches.
 Emptying a channel drops its in-flight, ready and deferred messages, as nsqd
-does. Known differences from nsqd: channel names ending in ``.dead`` are
-refused (that suffix names dead-letter queues); an ephemeral channel's
-messages are on disk while it exists.
+does. A message requeued with ``REQ id 0``, or timed out, goes behind what
+the channel holds, as in nsqd. Known difference from nsqd: an ephemeral
+channel's messages are on disk while it exists.
 
 Storage and durability
 ----------------------
@@ -33,7 +35,8 @@ survive a SIGKILL of the broker: after a restart, a message that was
 published (``OK`` received) and not finished is delivered again. nsqd loses
 in-flight and deferred messages on a crash. A client that disconnects gets
 its in-flight messages requeued at once, rather than after the message
-timeout as in nsqd.
+timeout as in nsqd. ``python -m aiodiskqueue.broker export-for-nsqd DIR``
+hands a stopped broker's directory to nsqd (:mod:`._export`).
 
 Where each message is stored: a topic with one channel (the common case)
 writes each message once, straight into that channel's queue. A topic with

@@ -1,4 +1,8 @@
-"""``python -m aiodiskqueue.broker --data-dir D --tcp-port P --http-port Q``."""
+"""``python -m aiodiskqueue.broker --data-dir D --tcp-port P --http-port Q``.
+
+``python -m aiodiskqueue.broker export-for-nsqd D`` hands a stopped broker's
+directory back to nsqd (see :mod:`._export`).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,19 @@ import logging
 import signal
 import sys
 
+from ..errors import DiskQueueError
 from ._app import BrokerServer
+from ._export import export_for_nsqd
 from ._options import BrokerOptions
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line (nsqd's flag names where one exists)."""
-    p = argparse.ArgumentParser(prog="python -m aiodiskqueue.broker",
-                                description="An NSQ-protocol broker on aiodiskqueue.")
+    p = argparse.ArgumentParser(
+        prog="python -m aiodiskqueue.broker",
+        description="An NSQ-protocol broker on aiodiskqueue.",
+        epilog="python -m aiodiskqueue.broker export-for-nsqd DIR: move a stopped broker's "
+               "in-flight and deferred messages into nsqd's disk queues (--help for more).")
     p.add_argument("--data-dir", required=True, help="directory for queues and metadata")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--tcp-port", type=int, default=4150, help="protocol V2 port (0: any free port)")
@@ -30,6 +39,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-rdy-count", type=int, default=2500, help="largest RDY a client may set")
     p.add_argument("--max-req-timeout", type=float, default=3600.0,
                    help="longest REQ/DPUB delay, s")
+    p.add_argument("--broadcast-address", default="",
+                   help="address registered with lookupd and shown in /info (default: the hostname)")
+    p.add_argument("--lookupd-tcp-address", action="append", default=[],
+                   help="nsqlookupd TCP address host:port to register with (repeatable)")
     p.add_argument("--uvloop", action="store_true", help="run on uvloop (the uvloop extra)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
@@ -50,6 +63,8 @@ def options(args: argparse.Namespace) -> BrokerOptions:
         max_body_size=args.max_body_size,
         max_rdy_count=args.max_rdy_count,
         max_req_timeout=args.max_req_timeout,
+        broadcast_address=args.broadcast_address,
+        lookupd_tcp_addresses=tuple(args.lookupd_tcp_address),
     )
 
 
@@ -65,8 +80,32 @@ async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
         await stop.wait()
 
 
+def export_main(argv: list[str]) -> int:
+    """``export-for-nsqd DIR``: hand a stopped broker's directory to nsqd; returns the exit status."""
+    p = argparse.ArgumentParser(
+        prog="python -m aiodiskqueue.broker export-for-nsqd",
+        description="Move every in-flight, requeued and deferred message of a stopped "
+                    "broker's data directory into its nsqd disk queue, attempts kept.")
+    p.add_argument("data_dir", help="the broker's --data-dir")
+    p.add_argument("--max-msg-size", type=int, default=1 << 20,
+                   help="the broker's --max-msg-size, bytes")
+    args = p.parse_args(argv)
+    try:
+        opts = BrokerOptions(max_msg_size=args.max_msg_size)
+        moved = asyncio.run(export_for_nsqd(args.data_dir, opts))
+    except (DiskQueueError, OSError, ValueError, TypeError) as exc:
+        print(f"export-for-nsqd: error: {exc}", file=sys.stderr)
+        return 1
+    for name, n in moved.items():
+        print(f"{name}: {n} message(s) moved to the disk queue")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export-for-nsqd"]:
+        return export_main(argv[1:])
     args = parse_args(argv)
     try:
         opts = options(args)

@@ -8,8 +8,9 @@ from typing import Self
 
 from ._broker import Broker
 from ._http import HTTPApi
+from ._lookupd import LookupdPeer
 from ._options import BrokerOptions
-from ._server import TCPServer
+from ._tcp import TCPServer
 
 
 class BrokerServer:
@@ -49,12 +50,19 @@ class BrokerServer:
         self._started = True
         self.tcp_port = self.broker.tcp_port = await self.tcp.start(self.host, self.tcp_port)
         self.http_port = self.broker.http_port = await self.http.start(self.host, self.http_port)
+        # Registered once the ports are known, as nsqd.
+        self.broker.lookupd = [LookupdPeer(self.broker, a)
+                               for a in self.broker.options.lookupd_tcp_addresses]
+        for peer in self.broker.lookupd:
+            peer.start()
 
     async def aclose(self) -> None:
         """Stop listening, close connections, sync and close every queue; idempotent."""
         if not self._started:
             return
         self._started = False
+        for peer in self.broker.lookupd:
+            await peer.aclose()
         await self.tcp.aclose()
         await self.http.aclose()
         await self.broker.aclose()

@@ -7,14 +7,12 @@ messages. The rest of the broker sees :class:`Store` and :class:`Delivery`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import re
 from dataclasses import dataclass
 from typing import Final, Protocol, final
 
 from .._format import nsq
-from .._format.layout import Layout, fsync_dir
+from ..ack.files import ack_queue_files, remove_ack_queue_files
 from ..ack.queue import AckQueue, Message
 from ..errors import MessageNotInFlight, QueueEmpty
 from ._options import BrokerOptions
@@ -92,8 +90,8 @@ class Store(Protocol):
         """
         ...
 
-    def get_nowait(self) -> Delivery | None:
-        """The next due message if one is ready in memory, else None."""
+    def get_nowait(self, msg_timeout: float | None = None) -> Delivery | None:
+        """The next due message if one is ready in memory, else None (``msg_timeout`` as for get)."""
         ...
 
     async def empty(self) -> None:
@@ -177,10 +175,10 @@ class AckStore:
         """The next due message, in flight for ``msg_timeout`` seconds (None: the queue's)."""
         return _AckDelivery(await self.q.get(msg_timeout=msg_timeout))
 
-    def get_nowait(self) -> Delivery | None:
+    def get_nowait(self, msg_timeout: float | None = None) -> Delivery | None:
         """The next message if one is ready in memory, now in flight; else None."""
         try:
-            return _AckDelivery(self.q.get_nowait())
+            return _AckDelivery(self.q.get_nowait(msg_timeout=msg_timeout))
         except QueueEmpty:
             return None
 
@@ -201,23 +199,14 @@ class AckStore:
 
 
 def store_files(directory: str, name: str) -> list[str]:
-    """Every file of the store ``name`` in ``directory``, sorted.
+    """Every file of the store ``name`` in ``directory``, sorted (exact names only).
 
-    ``AckQueue`` has no call that deletes its files, so this names them: the
-    data queue and the dead-letter queue ``NAME.dead`` (segments, quarantined
-    ``.bad`` segments, meta, meta temp files, lock: :class:`Layout`) and the ack
-    log ``NAME.ack.%06d.log``. Exact names only: queue ``t:a`` never claims
-    files of ``t:a.b``. A test checks this against the files an AckQueue writes.
+    The AckQueue's data queue, ack log and dead-letter queue
+    (:func:`aiodiskqueue.ack.files.ack_queue_files`): queue ``t:a`` never
+    claims files of ``t:a.b`` nor of ``t:a.dead``, which are other valid
+    topic or channel names.
     """
-    out: list[str] = []
-    for q in (name, name + ".dead"):
-        lay = Layout(directory, q)
-        out += [*lay.segments().values(), *lay.bad_files(), *lay.meta_temp_files(),
-                lay.meta_path, lay.lock_path]
-    ack_log = re.compile(rf"\A{re.escape(name)}\.ack\.\d{{6,}}\.log\Z")
-    with contextlib.suppress(FileNotFoundError):
-        out += [os.path.join(directory, f) for f in os.listdir(directory) if ack_log.match(f)]
-    return sorted(p for p in out if os.path.exists(p))
+    return ack_queue_files(directory, name)
 
 
 async def remove_store(store: Store, directory: str | os.PathLike[str], name: str) -> None:
@@ -227,14 +216,7 @@ async def remove_store(store: Store, directory: str | os.PathLike[str], name: st
     """
     await store.aclose()
     d = os.fspath(directory)
-
-    def remove() -> None:
-        for path in store_files(d, name):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        fsync_dir(d)
-
-    await asyncio.get_running_loop().run_in_executor(None, remove)
+    await asyncio.get_running_loop().run_in_executor(None, remove_ack_queue_files, d, name)
 
 
 async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerOptions, *,
@@ -242,7 +224,8 @@ async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerO
     """Open (creating) the store ``name`` in ``directory``: an AckQueue with ``format="nsq"``.
 
     With ``dead_letters`` the broker's ``max_attempts`` applies (dead letters
-    go to ``NAME.dead``); without, attempts are unlimited.
+    go to the AckQueue's dead-letter queue in ``NAME.dead-letters/``); without,
+    attempts are unlimited.
 
     Raises QueueLocked if another process has it open, DiskQueueError on I/O errors.
     """

@@ -6,14 +6,16 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from typing import Any
 
 from .._format.layout import fsync_dir
 from ._backend import open_store, remove_store
+from ._lookupd import LookupdPeer, command
 from ._options import BrokerOptions
-from ._protocol import VERSION, is_valid_channel_name, is_valid_name
+from ._protocol import VERSION, is_valid_name
 from ._topic import Channel, Topic
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,8 @@ class Broker:
         self._closed = False
         self.closing = False
         """Set once :meth:`aclose` started: connections ending then do not delete anything."""
+        self.lookupd: list[LookupdPeer] = []
+        """The nsqlookupd registrations, told of every topic and channel created or deleted."""
 
     # ------------------------------------------------------------------ life cycle
 
@@ -53,7 +57,11 @@ class Broker:
         # in no other name): drop what a crash left of them.
         for f in os.listdir(self.data_dir):
             if "#ephemeral" in f:
-                os.unlink(os.path.join(self.data_dir, f))
+                path = os.path.join(self.data_dir, f)
+                if os.path.isdir(path):  # a dead-letter directory
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
         meta = self._load_meta()
         for t in meta.get("topics", []):
             name = t.get("name", "")
@@ -64,7 +72,7 @@ class Broker:
             topic.paused = bool(t.get("paused", False))
             for c in t.get("channels", []):
                 cname = c.get("name", "")
-                if not isinstance(cname, str) or not is_valid_channel_name(cname):
+                if not isinstance(cname, str) or not is_valid_name(cname):
                     log.warning("ignoring bad channel name %r in %s", cname, META_FILE)
                     continue
                 ch = await self.get_channel(topic, cname, persist=False)
@@ -98,6 +106,7 @@ class Broker:
                 store = await open_store(self.data_dir, name, self.options, dead_letters=False)
                 topic = Topic(name, store)
                 self.topics[name] = topic
+                self._notify(command("REGISTER", name))
                 if persist:
                     await self.persist_meta()
         return topic
@@ -113,6 +122,7 @@ class Broker:
                 store = await open_store(self.data_dir, f"{topic.name}:{name}", self.options)
                 ch = Channel(topic, name, store)
                 topic.add_channel(ch)
+                self._notify(command("REGISTER", topic.name, name))
                 if persist:
                     await self.persist_meta()
         return ch
@@ -128,6 +138,7 @@ class Broker:
                 return False
             for c in list(ch.clients.values()):
                 c.close()
+            self._notify(command("UNREGISTER", topic.name, name))
             await remove_store(ch.store, self.data_dir, ch.queue_name)
             await self.persist_meta()
         if topic.ephemeral and not topic.channels and not topic.deleting:
@@ -146,9 +157,14 @@ class Broker:
             if self.topics.pop(name, None) is None:
                 return False
             await topic.stop_pump()
+            self._notify(command("UNREGISTER", name))
             await remove_store(topic.backlog, self.data_dir, name)
             await self.persist_meta()
         return True
+
+    def _notify(self, cmd: bytes) -> None:
+        for peer in self.lookupd:
+            peer.notify(cmd)
 
     # ------------------------------------------------------------------ metadata
 
@@ -206,7 +222,7 @@ class Broker:
     def stats(self, topic: str = "", channel: str = "") -> dict[str, Any]:
         """nsqd's ``/stats?format=json`` document, optionally narrowed to a topic/channel."""
         topics = []
-        for t in self.topics.values():
+        for t in sorted(self.topics.values(), key=lambda t: t.name):
             if topic and t.name != topic:
                 continue
             ts = t.stats()
@@ -221,15 +237,25 @@ class Broker:
             "producers": [],
         }
 
+    @property
+    def broadcast_address(self) -> str:
+        """The address clients are told to connect to (``--broadcast-address``, default the hostname)."""
+        return self.options.broadcast_address or socket.gethostname()
+
     def info(self) -> dict[str, Any]:
-        """nsqd's ``/info`` document."""
+        """nsqd's ``/info`` document (its durations in nanoseconds, as Go encodes them)."""
+        limits = self.options.limits()
         return {
             "version": VERSION,
-            "broadcast_address": socket.gethostname(),
+            "broadcast_address": self.broadcast_address,
             "hostname": socket.gethostname(),
             "http_port": self.http_port,
             "tcp_port": self.tcp_port,
             "start_time": self.start_time,
+            "max_heartbeat_interval": limits.max_heartbeat_interval_ms * 1_000_000,
+            "max_output_buffer_size": limits.max_output_buffer_size,
+            "max_output_buffer_timeout": limits.max_output_buffer_timeout_ms * 1_000_000,
+            "max_deflate_level": limits.max_deflate_level,
         }
 
 

@@ -9,6 +9,7 @@ with nsqd's status codes and codes (``MISSING_ARG_TOPIC``, ``INVALID_TOPIC``,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -24,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from ..errors import DiskQueueError
 from ._broker import Broker
-from ._protocol import ClientError, is_valid_channel_name, is_valid_name, parse_int, parse_mpub
+from ._protocol import ClientError, is_valid_name, parse_int, parse_mpub
 from ._topic import Channel, Topic
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,11 @@ class HTTPApi:
 
     async def start(self, host: str, port: int) -> int:
         """Serve on ``host:port`` (0 picks a free port); return the port."""
-        self._runner = web.AppRunner(self.app, access_log=None)
+        # The keep-alive timer runs from the connection's start and from each
+        # response until a request's headers are complete: it bounds a client
+        # sending headers a byte at a time as much as an idle one.
+        self._runner = web.AppRunner(self.app, access_log=None,
+                                     keepalive_timeout=self.broker.options.http_read_timeout)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
@@ -123,7 +128,7 @@ class HTTPApi:
         cname = request.query.get("channel")
         if cname is None:
             raise HTTPError(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_channel_name(cname):
+        if not is_valid_name(cname):
             raise HTTPError(400, "INVALID_CHANNEL")
         topic = self.broker.topics.get(tname)
         if topic is None:
@@ -141,10 +146,18 @@ class HTTPApi:
         if request.content_length is not None and request.content_length > limit:
             raise HTTPError(413, code)
         body = bytearray()
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            body += chunk
-            if len(body) > limit:
-                raise HTTPError(413, code)
+        try:
+            async with asyncio.timeout(self.broker.options.http_read_timeout):
+                async for chunk in request.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > limit:
+                        raise HTTPError(413, code)
+        except TimeoutError:
+            log.info("HTTP client %s: request body not received in time, closing",
+                     request.remote)
+            if request.transport is not None:
+                request.transport.close()
+            raise HTTPError(408, "REQUEST_TIMEOUT") from None
         return bytes(body)
 
     async def _publish(self, tname: str, bodies: list[bytes], delay: float = 0.0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._protocol import Limits
+from ._identify import Limits
 
 MiB = 1 << 20
 
@@ -27,6 +27,12 @@ class BrokerOptions:
     1-60 s). ``max_attempts`` > 0 moves a message that was delivered that many
     times to the channel's dead-letter queue instead of delivering it again.
     ``sync_every``/``sync_interval`` are passed to every queue.
+    ``broadcast_address`` is the host clients are told to connect to (in
+    ``/info`` and to nsqlookupd; empty: the hostname, as nsqd);
+    ``lookupd_tcp_addresses`` are the ``host:port`` of the nsqlookupd nodes
+    to register with. ``http_read_timeout`` bounds how long an HTTP client
+    may take to send its request headers (or stay idle between requests) and
+    its request body; the connection is closed after it.
 
     Raises TypeError or ValueError naming the bad value.
     """
@@ -43,8 +49,19 @@ class BrokerOptions:
     sync_every: int = 2500
     sync_interval: float = 2.0
     max_bytes_per_file: int = 100 * MiB
+    http_read_timeout: float = 60.0
+    broadcast_address: str = ""
+    lookupd_tcp_addresses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.broadcast_address, str):
+            raise TypeError(f"broadcast_address must be a str, got "
+                            f"{type(self.broadcast_address).__name__}")
+        if not isinstance(self.lookupd_tcp_addresses, tuple):
+            raise TypeError(f"lookupd_tcp_addresses must be a tuple, got "
+                            f"{type(self.lookupd_tcp_addresses).__name__}")
+        for addr in self.lookupd_tcp_addresses:
+            split_host_port(addr)
         for name in ("max_msg_size", "max_body_size", "max_rdy_count", "sync_every",
                      "max_bytes_per_file"):
             v = getattr(self, name)
@@ -59,7 +76,7 @@ class BrokerOptions:
         if not 0 <= self.max_attempts <= 65535:
             raise ValueError(f"max_attempts must be in [0, 65535], got {self.max_attempts}")
         for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "heartbeat_interval",
-                     "max_heartbeat_interval", "sync_interval"):
+                     "max_heartbeat_interval", "sync_interval", "http_read_timeout"):
             _positive(name, getattr(self, name))
         if self.msg_timeout > self.max_msg_timeout:
             raise ValueError(
@@ -83,4 +100,19 @@ class BrokerOptions:
         )
 
 
-__all__ = ["BrokerOptions"]
+def split_host_port(addr: object) -> tuple[str, int]:
+    """``"host:port"`` (``[v6]:port`` too) as ``(host, port)``.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
+    if not isinstance(addr, str):
+        raise TypeError(f"a lookupd address must be a str, got {type(addr).__name__}")
+    host, sep, port = addr.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"a lookupd address must be host:port, got {addr!r}")
+    return host, int(port)
+
+
+__all__ = ["BrokerOptions", "split_host_port"]

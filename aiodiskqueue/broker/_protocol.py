@@ -14,11 +14,9 @@ Wire format (as nsqd speaks it):
 
 from __future__ import annotations
 
-import json
 import re
 import struct
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from .._format import nsq
 
@@ -96,27 +94,13 @@ def is_valid_name(name: str) -> bool:
     return name.split("#", 1)[0].strip(".") != ""
 
 
-RESERVED_CHANNEL_SUFFIX: Final = ".dead"
-
-
-def is_valid_channel_name(name: str) -> bool:
-    """A valid name that does not end in ``.dead``.
-
-    A channel's queue is ``topic:channel`` and its dead-letter queue
-    ``topic:channel.dead``, so a channel named ``x.dead`` would collide with
-    the dead letters of channel ``x``.
-    """
-    return is_valid_name(name) and not name.split("#", 1)[0].endswith(RESERVED_CHANNEL_SUFFIX)
-
-
-def decode_name(raw: bytes, *, channel: bool = False) -> str | None:
-    """Return ``raw`` as a valid topic (or channel) name, or None if it is not one."""
+def decode_name(raw: bytes) -> str | None:
+    """Return ``raw`` as a valid topic or channel name, or None if it is not one."""
     try:
         name = raw.decode("ascii")
     except UnicodeDecodeError:
         return None
-    ok = is_valid_channel_name(name) if channel else is_valid_name(name)
-    return name if ok else None
+    return name if is_valid_name(name) else None
 
 
 def parse_int(raw: bytes) -> int | None:
@@ -173,122 +157,6 @@ def parse_mpub(
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Server-side limits that IDENTIFY negotiates against (all times in ms)."""
-
-    msg_timeout_ms: int = 60_000
-    max_msg_timeout_ms: int = 15 * 60_000
-    heartbeat_interval_ms: int = 30_000
-    max_heartbeat_interval_ms: int = 60_000
-    max_rdy_count: int = 2500
-    output_buffer_size: int = 16 * 1024
-    output_buffer_timeout_ms: int = 250
-
-
-@dataclass(frozen=True, slots=True)
-class ClientConfig:
-    """What a client negotiated with IDENTIFY (or the defaults without it)."""
-
-    client_id: str = ""
-    hostname: str = ""
-    user_agent: str = ""
-    heartbeat_interval_ms: int = 30_000
-    """0 means heartbeats disabled (the client sent -1)."""
-    msg_timeout_ms: int = 60_000
-    feature_negotiation: bool = False
-    sample_rate: int = 0
-
-
-def _int_field(data: dict[str, Any], key: str) -> int:
-    value = data.get(key, 0)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ClientError("E_BAD_BODY", f"IDENTIFY {key} must be a number, got {value!r}")
-    return int(value)
-
-
-def negotiate(body: bytes, limits: Limits, *, client_msg_timeout: bool = True) -> tuple[ClientConfig, bytes]:
-    """Apply an IDENTIFY body; return the client's config and the response payload.
-
-    The response is ``OK`` unless the client asked for ``feature_negotiation``,
-    then a JSON object with nsqd's fields (``max_rdy_count``, ``version``,
-    ``max_msg_timeout``, ``msg_timeout``, ...). TLS, snappy and deflate are
-    never enabled (answered ``false``), so clients stay on the plain stream.
-    With ``client_msg_timeout=False`` a valid ``msg_timeout`` is accepted but
-    the server's applies, and the response says so.
-
-    Raises ClientError(E_BAD_BODY) for bad JSON or out-of-range values, with
-    nsqd's wording.
-    """
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
-    if not isinstance(data, dict):
-        raise ClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-
-    hb = _int_field(data, "heartbeat_interval")
-    if hb == -1:
-        heartbeat = 0
-    elif hb == 0:
-        heartbeat = limits.heartbeat_interval_ms
-    elif 1000 <= hb <= limits.max_heartbeat_interval_ms:
-        heartbeat = hb
-    else:
-        raise ClientError("E_BAD_BODY", f"IDENTIFY heartbeat interval ({hb}) is invalid")
-
-    mt = _int_field(data, "msg_timeout")
-    if mt == 0 or (1000 <= mt <= limits.max_msg_timeout_ms and not client_msg_timeout):
-        msg_timeout = limits.msg_timeout_ms
-    elif 1000 <= mt <= limits.max_msg_timeout_ms:
-        msg_timeout = mt
-    else:
-        raise ClientError("E_BAD_BODY", f"IDENTIFY msg timeout ({mt}) is invalid")
-
-    sample = _int_field(data, "sample_rate")
-    if not 0 <= sample <= 99:
-        raise ClientError("E_BAD_BODY", f"IDENTIFY sample rate ({sample}) is invalid")
-
-    def text(key: str) -> str:
-        v = data.get(key, "")
-        return v if isinstance(v, str) else str(v)
-
-    client_id = text("client_id") or text("short_id")
-    hostname = text("hostname") or text("long_id")
-    cfg = ClientConfig(
-        client_id=client_id,
-        hostname=hostname,
-        user_agent=text("user_agent"),
-        heartbeat_interval_ms=heartbeat,
-        msg_timeout_ms=msg_timeout,
-        feature_negotiation=bool(data.get("feature_negotiation", False)),
-        sample_rate=sample,
-    )
-    if not cfg.feature_negotiation:
-        return cfg, OK
-    resp = {
-        "max_rdy_count": limits.max_rdy_count,
-        "version": VERSION,
-        "max_msg_timeout": limits.max_msg_timeout_ms,
-        "msg_timeout": msg_timeout,
-        # Not in nsqd's answer; clients ignore unknown fields, and it tells the
-        # client which interval (ms, -1 = disabled) was applied.
-        "heartbeat_interval": heartbeat if heartbeat > 0 else -1,
-        "tls_v1": False,
-        "deflate": False,
-        "deflate_level": 0,
-        "max_deflate_level": 6,
-        "snappy": False,
-        "sample_rate": sample,
-        "auth_required": False,
-        "output_buffer_size": limits.output_buffer_size,
-        "output_buffer_timeout": limits.output_buffer_timeout_ms,
-    }
-    return cfg, json.dumps(resp, separators=(",", ":")).encode()
-
-
 __all__ = [
     "CLOSE_WAIT",
     "FRAME_ERROR",
@@ -297,16 +165,12 @@ __all__ = [
     "HEARTBEAT",
     "MAGIC_V2",
     "OK",
-    "ClientConfig",
     "ClientError",
-    "Limits",
     "check_message_id",
     "decode_name",
     "frame",
-    "is_valid_channel_name",
     "is_valid_name",
     "message_frame",
-    "negotiate",
     "pack_int32",
     "parse_int",
     "parse_mpub",

@@ -9,26 +9,27 @@ import itertools
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import DiskQueueError
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
+from ._identify import ClientConfig, negotiate
+from ._output import WRITE_HIGH_WATER, Reply, ReplyWriter
+from ._output import show as _show
+from ._output import wake_future as _wake
 from ._protocol import (
     CLOSE_WAIT,
     FRAME_RESPONSE,
     HEARTBEAT,
     MAGIC_V2,
     OK,
-    ClientConfig,
     ClientError,
     check_message_id,
     decode_name,
     frame,
     message_frame,
-    negotiate,
     parse_int,
     parse_mpub,
     read_int32,
@@ -37,14 +38,9 @@ from ._topic import Channel
 
 log = logging.getLogger(__name__)
 
-Reply = bytes | ClientError | asyncio.Task[bytes] | None
-"""What a command handler returns: a frame, an error, a reply still being stored, nothing."""
-
 _MAX_PENDING_REPLIES = 256
 """Publishes in progress per connection before the next command waits for the oldest."""
 
-_LINE_LIMIT = 64 * 1024
-_WRITE_HIGH_WATER = 1 << 20
 _ids = itertools.count(1)
 _rng = random.Random()
 """Decides IDENTIFY sample_rate drops (its own instance, so tests can fix it)."""
@@ -54,14 +50,14 @@ _OK_FRAME = frame(FRAME_RESPONSE, OK)
 
 
 class State(enum.IntEnum):
-    """nsqd's client states (the numbers appear in /stats)."""
+    """nsqd's client states (the numbers appear in /stats: nsqd 1.3.0's constants)."""
 
     INIT = 0
-    SUBSCRIBED = 2
-    CLOSING = 3
+    SUBSCRIBED = 3
+    CLOSING = 4
 
 
-class Connection:
+class Connection(ReplyWriter):
     """One client connection speaking protocol V2.
 
     Commands are read and handled in order, as nsqd does, with one
@@ -78,9 +74,9 @@ class Connection:
     """
 
     def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(writer)
         self.broker = broker
         self.reader = reader
-        self.writer = writer
         self.id = next(_ids)
         opts = broker.options
         self.config = ClientConfig(
@@ -99,17 +95,13 @@ class Connection:
         self.connect_ts = int(time.time())
         peer = writer.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
-        self._closed = False
         self._pump: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._next_prune = 0.0
+        self._getting = False
+        """The pump waits in ``store.get()`` (no message is ready)."""
         self._last_active = 0.0
-        self._replies: deque[bytes | ClientError | asyncio.Task[bytes]] = deque()
-        """Replies not sent yet, in command order: a publish's reply waits for its store."""
-        self._failed = False
         self._ordering: asyncio.Task[bytes] | None = None
         """The last publish that later ones must wait for (see :meth:`_publish`)."""
         self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[Reply]]] = {
@@ -126,78 +118,6 @@ class Connection:
             b"CLS": self._cls,
             b"AUTH": self._auth,
         }
-
-    # ------------------------------------------------------------------ output
-
-    def send(self, data: bytes) -> None:
-        """Queue ``data`` for the socket; everything queued in one loop iteration is one write."""
-        if self._closed:
-            return
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._out and not self._closed:
-            out, self._out = self._out, []
-            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
-
-    async def _drain_if_needed(self) -> None:
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-            self._flush()
-            await self.writer.drain()
-
-    def _reply(self, item: Reply) -> None:
-        """Send a reply now, or queue it behind replies still waiting for their store."""
-        if item is None:
-            return
-        if isinstance(item, asyncio.Task):
-            self._replies.append(item)
-            item.add_done_callback(self._send_replies)
-        elif self._replies:
-            self._replies.append(item)
-        elif isinstance(item, ClientError):
-            self._send_reply(item)
-        else:
-            self.send(item)
-
-    def _send_replies(self, _task: object = None) -> None:
-        """Send the replies at the head of the queue that are ready, in order."""
-        replies = self._replies
-        while replies and not self._failed:
-            head = replies[0]
-            if isinstance(head, asyncio.Task):
-                if not head.done():
-                    return
-                replies.popleft()
-                if head.cancelled():
-                    continue
-                exc = head.exception()
-                if exc is None:
-                    self.send(head.result())
-                    continue
-                if not isinstance(exc, ClientError):
-                    log.error("client %s: publish failed", self, exc_info=exc)
-                    exc = ClientError("E_PUB_FAILED", f"PUB failed {exc}")
-                self._send_reply(exc)
-            else:
-                replies.popleft()
-                if isinstance(head, ClientError):
-                    self._send_reply(head)
-                else:
-                    self.send(head)
-
-    def _send_reply(self, err: ClientError) -> None:
-        self.send(err.frame())
-        if err.fatal:
-            # Like nsqd: the error frame goes out, then the connection closes.
-            self._failed = True
-            self._replies.clear()
-            self._flush()
-            self.close()
 
     # ------------------------------------------------------------------ main loop
 
@@ -358,7 +278,7 @@ class Connection:
         tname = decode_name(params[1])
         if tname is None:
             raise ClientError("E_BAD_TOPIC", f"SUB topic name {_show(params[1])} is not valid")
-        cname = decode_name(params[2], channel=True)
+        cname = decode_name(params[2])
         if cname is None:
             raise ClientError("E_BAD_CHANNEL", f"SUB channel name {_show(params[2])} is not valid")
         topic = await self.broker.get_topic(tname)
@@ -389,12 +309,15 @@ class Connection:
                 self._start_pump()
         return None
 
-    def _settle_params(self, params: list[bytes], cmd: str, nparams: int) -> Delivery:
+    def _settle_params(self, params: list[bytes], cmd: str, nparams: int) -> bytes:
+        """The message id of a FIN, REQ or TOUCH (nsqd's checks, in nsqd's order)."""
         if self.state not in (State.SUBSCRIBED, State.CLOSING):
             raise ClientError("E_INVALID", f"cannot {cmd} in current state")
         if len(params) < nparams:
             raise ClientError("E_INVALID", f"{cmd} insufficient number of params")
-        msg_id = check_message_id(params[1])
+        return check_message_id(params[1])
+
+    def _in_flight(self, msg_id: bytes, cmd: str) -> Delivery:
         d = self.in_flight.get(msg_id)
         if d is None:
             code = {"FIN": "E_FIN_FAILED", "REQ": "E_REQ_FAILED", "TOUCH": "E_TOUCH_FAILED"}[cmd]
@@ -402,7 +325,7 @@ class Connection:
         return d
 
     async def _fin(self, params: list[bytes]) -> Reply:
-        d = self._settle_params(params, "FIN", 2)
+        d = self._in_flight(self._settle_params(params, "FIN", 2), "FIN")
         del self.in_flight[d.id]
         self.wake()
         try:
@@ -413,13 +336,18 @@ class Connection:
         return None
 
     async def _req(self, params: list[bytes]) -> Reply:
-        d = self._settle_params(params, "REQ", 3)
+        msg_id = self._settle_params(params, "REQ", 3)
         ms = parse_int(params[2])
         if ms is None:
             raise ClientError("E_INVALID", f"REQ could not parse timeout {_show(params[2])}")
+        # As nsqd: a delay out of range is clamped (pynsq's backoff passes 1 h
+        # from its 41st attempt), not an error.
         mx = round(self.broker.options.max_req_timeout * 1000)
-        if ms < 0 or ms > mx:
-            raise ClientError("E_INVALID", f"REQ timeout {ms} out of range 0-{mx}")
+        clamped = min(max(ms, 0), mx)
+        if clamped != ms:
+            log.info("client %s: REQ timeout %d out of range 0-%d, using %d", self, ms, mx, clamped)
+            ms = clamped
+        d = self._in_flight(msg_id, "REQ")
         del self.in_flight[d.id]
         self.wake()
         try:
@@ -430,7 +358,7 @@ class Connection:
         return None
 
     async def _touch(self, params: list[bytes]) -> Reply:
-        d = self._settle_params(params, "TOUCH", 2)
+        d = self._in_flight(self._settle_params(params, "TOUCH", 2), "TOUCH")
         try:
             await d.touch()
         except DiskQueueError as exc:
@@ -528,6 +456,7 @@ class Connection:
         timeout = self.broker.options.msg_timeout if msg_timeout is None else msg_timeout
         sample = self.config.sample_rate
         in_flight = self.in_flight
+        transport = self.writer.transport
         while True:
             while len(in_flight) >= self.rdy or ch.held:
                 now = loop.time()
@@ -544,17 +473,23 @@ class Connection:
                     self._waiter = None
             # No await between get() returning and the message being recorded and
             # written (but for a sampled-out one, finished at once), so cancelling
-            # the pump never strands a delivery.
-            d = await store.get(msg_timeout)
+            # the pump never strands a delivery: a cancelled get() takes nothing.
+            d = store.get_nowait(msg_timeout)
+            if d is None:
+                self._getting = True
+                try:
+                    d = await store.get(msg_timeout)
+                finally:
+                    self._getting = False
             if sample and _rng.randrange(100) >= sample:
                 # IDENTIFY sample_rate: like nsqd, a message sampled out is dropped.
                 await d.finish()
                 continue
             in_flight[d.id] = d
             self.message_count += 1
-            ch.message_count += 1
             self.send(message_frame(d.timestamp, d.attempts, d.id, d.body))
-            await self._drain_if_needed()
+            if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                await self._drain_if_needed()
 
     def _prune(self, now: float, timeout: float) -> None:
         """Forget deliveries the store took back after their deadline (timed out)."""
@@ -565,15 +500,23 @@ class Connection:
 
     # ------------------------------------------------------------------ Subscriber
 
-    def close(self) -> None:
-        """Close the connection from the server side; :meth:`run` then ends and tears down."""
-        self.writer.close()
-
     def wake(self) -> None:
-        """Let the pump re-check the RDY count, the in-flight count and the pause flag."""
+        """Let the pump re-check the RDY count, the in-flight count and the pause flag.
+
+        A pump waiting in the store for the next message while the channel is
+        now held (paused, emptied) is restarted, so that it waits for the
+        channel instead: nothing is delivered to an idle consumer of a paused
+        channel, as in nsqd.
+        """
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
+        ch = self.channel
+        if self._getting and ch is not None and ch.held and self._pump is not None:
+            self._getting = False
+            self._pump.cancel()  # a cancelled store get() takes nothing
+            self._pump = None
+            self._start_pump()
 
     def take_in_flight(self) -> list[Delivery]:
         """Hand over (and forget) what is in flight here: the channel is being emptied.
@@ -612,57 +555,4 @@ class Connection:
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
 
 
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _show(raw: bytes) -> str:
-    """A parameter for an error message: quoted, never longer than 80 characters."""
-    text = raw[:80].decode("utf-8", "backslashreplace")
-    return f'"{text}"' + ("..." if len(raw) > 80 else "")
-
-
-class TCPServer:
-    """Accepts protocol V2 connections for a :class:`Broker`."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.connections: dict[int, Connection] = {}
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port`` (0 picks a free port); return the port."""
-        self._server = await asyncio.start_server(self._handle, host, port, limit=_LINE_LIMIT)
-        sock = self._server.sockets[0]
-        real_port: int = sock.getsockname()[1]
-        return real_port
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(self.broker, reader, writer)
-        self.connections[conn.id] = conn
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            await conn.run()
-        finally:
-            self.connections.pop(conn.id, None)
-            if task is not None:
-                self._tasks.discard(task)
-
-    async def aclose(self) -> None:
-        """Stop listening and close every connection (their in-flight messages are requeued)."""
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self.connections.values()):
-            conn.close()
-        if self._tasks:
-            # Each handler sees its stream end and tears down (requeues) by itself.
-            await asyncio.wait(list(self._tasks), timeout=10.0)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-
-__all__ = ["Connection", "TCPServer"]
+__all__ = ["Connection", "State"]

@@ -47,7 +47,8 @@ class Channel:
         self.paused = False
         self._emptying = 0
         self.message_count = 0
-        """Deliveries to clients since the broker started."""
+        """Messages that reached the channel since the broker started (as nsqd's:
+        a message delivered twice counts once)."""
 
     @property
     def held(self) -> bool:
@@ -79,7 +80,7 @@ class Channel:
             "finish_count": s.finished,
             "dead_letter_count": s.dead_lettered,
             "client_count": len(self.clients),
-            "clients": [c.stats() for c in self.clients.values()],
+            "clients": [c.stats() for _, c in sorted(self.clients.items())],
             "paused": self.paused,
             "e2e_processing_latency": {"count": 0, "percentiles": None},
         }
@@ -151,10 +152,8 @@ class Topic:
         chans = list(self.channels.values())
         if not chans or self.paused:
             await _put(self.backlog, bodies, delay)
-        elif len(chans) == 1:
-            await _put(chans[0].store, bodies, delay)
         else:
-            await asyncio.gather(*(_put(c.store, bodies, delay) for c in chans))
+            await _fan_out(chans, bodies, delay)
         self.message_count += len(bodies)
         self.message_bytes += sum(map(len, bodies))
 
@@ -204,8 +203,7 @@ class Topic:
                     for d in batch:
                         await d.requeue(0.0)
                     return
-                bodies = [d.body for d in batch]
-                await asyncio.gather(*(_put(c.store, bodies, 0.0) for c in chans))
+                await _fan_out(chans, [d.body for d in batch], 0.0)
             except BaseException:
                 # Give them back now rather than at their deadline; if even that
                 # fails the store redelivers them after msg_timeout or a restart.
@@ -221,7 +219,7 @@ class Topic:
         s = self.backlog.stats()
         return {
             "topic_name": self.name,
-            "channels": [c.stats() for c in self.channels.values()],
+            "channels": [self.channels[n].stats() for n in sorted(self.channels)],
             "depth": s.depth + s.deferred,
             "backend_depth": s.depth,
             "message_count": self.message_count,
@@ -229,6 +227,16 @@ class Topic:
             "paused": self.paused,
             "e2e_processing_latency": {"count": 0, "percentiles": None},
         }
+
+
+async def _fan_out(chans: list[Channel], bodies: list[bytes], delay: float) -> None:
+    """Store ``bodies`` in every channel of ``chans``; count them as having reached it."""
+    if len(chans) == 1:
+        await _put(chans[0].store, bodies, delay)
+    else:
+        await asyncio.gather(*(_put(c.store, bodies, delay) for c in chans))
+    for c in chans:
+        c.message_count += len(bodies)
 
 
 async def _put(store: Store, bodies: list[bytes], delay: float) -> None:

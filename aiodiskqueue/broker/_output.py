@@ -1,0 +1,124 @@
+"""The output side of a protocol V2 connection: batched writes and in-order replies."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+from ._protocol import ClientError
+
+log = logging.getLogger(__name__)
+
+Reply = bytes | ClientError | asyncio.Task[bytes] | None
+"""What a command handler returns: a frame, an error, a reply still being stored, nothing."""
+
+WRITE_HIGH_WATER = 1 << 20
+"""Bytes buffered for a client's socket above which the writer waits for it to drain."""
+
+
+class ReplyWriter:
+    """Frames for one client: everything queued in one loop iteration goes out in one write.
+
+    A reply is sent at once or, while a publish before it is still being
+    stored, queued behind it, so replies leave in command order. A fatal
+    error frame goes out last and closes the connection.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._closed = False
+        self._failed = False
+        self._replies: deque[bytes | ClientError | asyncio.Task[bytes]] = deque()
+        """Replies not sent yet, in command order: a publish's reply waits for its store."""
+
+    def close(self) -> None:
+        """Close the connection from the server side."""
+        self.writer.close()
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the socket; everything queued in one loop iteration is one write."""
+        if self._closed:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and not self._closed:
+            out, self._out = self._out, []
+            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
+
+    async def _drain_if_needed(self) -> None:
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+            self._flush()
+            await self.writer.drain()
+
+    def _reply(self, item: Reply) -> None:
+        """Send a reply now, or queue it behind replies still waiting for their store."""
+        if item is None:
+            return
+        if isinstance(item, asyncio.Task):
+            self._replies.append(item)
+            item.add_done_callback(self._send_replies)
+        elif self._replies:
+            self._replies.append(item)
+        elif isinstance(item, ClientError):
+            self._send_reply(item)
+        else:
+            self.send(item)
+
+    def _send_replies(self, _task: object = None) -> None:
+        """Send the replies at the head of the queue that are ready, in order."""
+        replies = self._replies
+        while replies and not self._failed:
+            head = replies[0]
+            if isinstance(head, asyncio.Task):
+                if not head.done():
+                    return
+                replies.popleft()
+                if head.cancelled():
+                    continue
+                exc = head.exception()
+                if exc is None:
+                    self.send(head.result())
+                    continue
+                if not isinstance(exc, ClientError):
+                    log.error("client %s: publish failed", self, exc_info=exc)
+                    exc = ClientError("E_PUB_FAILED", f"PUB failed {exc}")
+                self._send_reply(exc)
+            else:
+                replies.popleft()
+                if isinstance(head, ClientError):
+                    self._send_reply(head)
+                else:
+                    self.send(head)
+
+    def _send_reply(self, err: ClientError) -> None:
+        self.send(err.frame())
+        if err.fatal:
+            # Like nsqd: the error frame goes out, then the connection closes.
+            self._failed = True
+            self._replies.clear()
+            self._flush()
+            self.close()
+
+
+def wake_future(fut: asyncio.Future[None]) -> None:
+    """Complete ``fut`` unless it is done already (a timer callback)."""
+    if not fut.done():
+        fut.set_result(None)
+
+
+def show(raw: bytes) -> str:
+    """A parameter for an error message: quoted, never longer than 80 characters."""
+    text = raw[:80].decode("utf-8", "backslashreplace")
+    return f'"{text}"' + ("..." if len(raw) > 80 else "")
+
+
+__all__ = ["WRITE_HIGH_WATER", "Reply", "ReplyWriter", "show", "wake_future"]

@@ -1,0 +1,56 @@
+"""The protocol V2 listener: one :class:`~._server.Connection` task per accepted client."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ._broker import Broker
+from ._server import Connection
+
+_LINE_LIMIT = 64 * 1024
+"""The longest command line a client may send (nsqd's reader buffer)."""
+
+
+class TCPServer:
+    """Accepts protocol V2 connections for a :class:`Broker`."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.connections: dict[int, Connection] = {}
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 picks a free port); return the port."""
+        self._server = await asyncio.start_server(self._handle, host, port, limit=_LINE_LIMIT)
+        sock = self._server.sockets[0]
+        real_port: int = sock.getsockname()[1]
+        return real_port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self.broker, reader, writer)
+        self.connections[conn.id] = conn
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await conn.run()
+        finally:
+            self.connections.pop(conn.id, None)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def aclose(self) -> None:
+        """Stop listening and close every connection (their in-flight messages are requeued)."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections.values()):
+            conn.close()
+        if self._tasks:
+            # Each handler sees its stream end and tears down (requeues) by itself.
+            await asyncio.wait(list(self._tasks), timeout=10.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+__all__ = ["TCPServer"]
