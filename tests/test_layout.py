@@ -73,3 +73,29 @@ def test_no_import_runs_upward(path: Path) -> None:
 def test_floors_cover_every_part() -> None:
     parts = {_part(str(p.relative_to(PKG).with_suffix("")).replace("/", ".")) for p in MODULES}
     assert parts <= set(FLOORS), parts - set(FLOORS)
+
+
+def test_one_class_per_name() -> None:
+    """A class name means one thing across the package (no two ``Message`` or ``State``)."""
+    seen: dict[str, str] = {}
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where = str(path.relative_to(PKG))
+                assert node.name not in seen, f"class {node.name} in {where} and {seen[node.name]}"
+                seen[node.name] = where
+
+
+# A module or class past these sizes is a concept that wants its own home.
+MAX_MODULE_LINES = 650
+MAX_CLASS_LINES = 520
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(PKG)) for p in MODULES])
+def test_modules_and_classes_stay_small(path: Path) -> None:
+    text = path.read_text()
+    assert text.count("\n") <= MAX_MODULE_LINES, f"{path.relative_to(PKG)} is too long"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert size <= MAX_CLASS_LINES, f"class {node.name} has {size} lines"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, final
 from .journal import Entry
 
 if TYPE_CHECKING:
-    from .queue import AckQueue
+    from .dispatch import Dispatch
 
 log = logging.getLogger("aiodiskqueue")
 
@@ -59,7 +59,7 @@ class Message:
         "timestamp",
     )
 
-    def __init__(self, q: AckQueue, entry: Entry, now: float, timeout: float) -> None:
+    def __init__(self, q: Dispatch, entry: Entry, now: float, timeout: float) -> None:
         self.id: str = entry.msg_id.decode("latin-1")
         self.body: bytes = entry.body or b""
         self.attempts: int = entry.attempts

@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .._core.options import Options, Statistics, as_bytes, integer, number
 from .._format.nsq import HEADER_SIZE as NSQ_MIN_SIZE
 
-__all__ = ["AckOptions", "AckStatistics", "as_bytes", "integer", "number"]
+__all__ = ["ACK_DEFAULTS", "AckDefaults", "AckOptions", "AckStatistics", "as_bytes", "integer",
+           "number"]
+
+
+@dataclass(frozen=True, slots=True)
+class AckDefaults:
+    """The reliable-delivery defaults: nsqd's (60 s message timeout, touch up to 15 min,
+    requeue and deferred-publish delays up to 1 h)."""
+
+    msg_timeout: float = 60.0
+    max_msg_timeout: float = 15 * 60.0
+    max_delay: float = 3600.0
+    max_in_flight: int = 1000
+    max_attempts: int = 0
+    log_segment_bytes: int = 8 * 2**20
+
+
+ACK_DEFAULTS: Final = AckDefaults()
+"""Every reliable-delivery default: the one place AckQueue and the broker read them."""
 
 @dataclass(frozen=True, slots=True)
 class AckOptions:

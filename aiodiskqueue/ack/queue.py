@@ -1,11 +1,10 @@
 """The facade of reliable delivery: :class:`AckQueue` (see the package's design notes in
-:mod:`aiodiskqueue.ack`). The background work is :mod:`.pump`, the deadlines and the
-timer :mod:`.inflight`, one delivery :mod:`.message`."""
+:mod:`aiodiskqueue.ack`). The delivery rules are :mod:`.dispatch`, the background work
+:mod:`.pump`, the deadlines and the timer :mod:`.inflight`, one delivery :mod:`.message`."""
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
 import warnings
@@ -17,14 +16,15 @@ from typing import Any, Literal, final
 from .._core.options import DEFAULTS
 from .._format import nsq
 from .._format.layout import dead_letter_layout
-from ..errors import DiskQueueError, MessageNotInFlight, MessageSizeError, QueueClosed, QueueEmpty
+from ..errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
 from ..queue import DiskQueue
 from .clock import Clock, LoopClock
 from .codec import IdGenerator
+from .dispatch import Dispatch, QueueState
 from .inflight import InFlight
-from .journal import Entry, EntryState, LogState
-from .message import DeliveryState, Message
-from .options import AckOptions, AckStatistics, as_bytes, number
+from .journal import Entry
+from .message import Message
+from .options import ACK_DEFAULTS, AckOptions, AckStatistics, as_bytes, number
 from .pump import Pump
 
 __all__ = ["AckQueue", "AckStatistics", "Message"]
@@ -35,17 +35,8 @@ _NO_SYNC_EVERY = 2**62  # the data queue stores its position only in our commits
 _NO_SYNC_INTERVAL = 1e9
 
 
-class QueueState(enum.Enum):
-    """The life cycle of an :class:`AckQueue`."""
-
-    NEW = "new"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
 @final
-class AckQueue:
+class AckQueue(Dispatch):
     """A persistent queue with NSQ's at-least-once delivery, kept across a crash.
 
     ``get()`` hands out a :class:`Message` that is *in flight* until it is
@@ -77,14 +68,14 @@ class AckQueue:
         directory: str | os.PathLike[str],
         name: str,
         *,
-        msg_timeout: float = 60.0,
-        max_msg_timeout: float = 900.0,
-        max_delay: float = 3600.0,
-        max_in_flight: int = 1000,
-        max_attempts: int = 0,
+        msg_timeout: float = ACK_DEFAULTS.msg_timeout,
+        max_msg_timeout: float = ACK_DEFAULTS.max_msg_timeout,
+        max_delay: float = ACK_DEFAULTS.max_delay,
+        max_in_flight: int = ACK_DEFAULTS.max_in_flight,
+        max_attempts: int = ACK_DEFAULTS.max_attempts,
         format: Literal["raw", "nsq"] = "raw",
         clock: Clock | None = None,
-        log_segment_bytes: int = 8 * 2**20,
+        log_segment_bytes: int = ACK_DEFAULTS.log_segment_bytes,
         max_bytes_per_file: int = DEFAULTS.max_bytes_per_file,
         min_msg_size: int = DEFAULTS.min_msg_size,
         max_msg_size: int = DEFAULTS.max_msg_size,
@@ -296,12 +287,6 @@ class AckQueue:
         self._pump.kick()
         await fut
 
-    def _check_delay(self, delay: object) -> float:
-        d = number("delay", delay, positive=False)
-        if d > self._max_delay:
-            raise ValueError(f"delay must be <= max_delay={self._max_delay}, got {delay}")
-        return d
-
     # ------------------------------------------------------------------ get
 
     def get_nowait(self, *, msg_timeout: float | None = None) -> Message:
@@ -382,197 +367,6 @@ class AckQueue:
         except QueueClosed:
             raise StopAsyncIteration from None
 
-    def _try_take(self, timeout: float) -> Message | None:
-        self._check_open()
-        while len(self._inflight) < self._max_in_flight:
-            behind = self._behind
-            if behind and self._behind_first():
-                e = behind.popleft()
-                if e.state is not EntryState.READY:
-                    continue
-            elif self._ready:
-                e = self._ready.popleft()
-                if e.state is not EntryState.READY:
-                    continue
-            elif not self._pump.paused:
-                try:
-                    payload = self._data.get_nowait()
-                except DiskQueueError:  # QueueEmpty: nothing read ahead yet
-                    if behind and not self._data.qsize():
-                        e = behind.popleft()
-                        if e.state is not EntryState.READY:
-                            continue
-                    else:
-                        return None
-                else:
-                    e = self._take(payload)
-            elif behind and not self._data.qsize():
-                # Taking from the data queue is paused for a commit: what was
-                # queued ahead of the head of _behind waits, so it waits too.
-                e = behind.popleft()
-                if e.state is not EntryState.READY:
-                    continue
-            else:
-                return None
-            m = self._deliver(e, timeout)
-            if m is not None:
-                return m
-        return None
-
-    def _behind_first(self) -> bool:
-        """Whether the head of ``_behind`` is due before the next message of the data queue.
-
-        As nsqd's ``REQ 0`` and timeouts: a message made due again goes behind
-        every message that was queued at that moment (read ahead into
-        ``_ready`` or still in the data queue), ahead of later ones.
-        """
-        after = self._behind[0].after
-        if self._ready:
-            return after < self._ready[0].fetch_seq
-        return after <= self._fetch_seq
-
-    def _take(self, payload: bytes) -> Entry:
-        """A message just taken out of the data queue becomes a log entry."""
-        self._fetch_seq += 1
-        if self._nsq:
-            ts, attempts, msg_id, body = nsq.decode(payload)
-        else:
-            ts, attempts, msg_id, body = self._clock.time_ns(), 0, self._ids.next(), payload
-        e = Entry(self._journal.new_key(), self._fetch_seq, 0, attempts, msg_id, ts, body)
-        self._journal.add(e)
-        self._pump.count_op()
-        return e
-
-    def _deliver(self, e: Entry, timeout: float) -> Message | None:
-        n = e.attempts + 1
-        if self._max_attempts and n > self._max_attempts:
-            self._to_dead_letters(e)
-            return None
-        e.attempts = n
-        e.due_ns = 0
-        e.state = EntryState.IN_FLIGHT
-        e.ver += 1
-        self._journal.update(e)
-        m = Message(self, e, self._clock.monotonic(), timeout)
-        e.msg = m
-        self._inflight.add(m)
-        self._delivered += 1
-        self._pump.kick()
-        return m
-
-    # ------------------------------------------------------------------ finish / requeue / touch
-
-    def _check_msg(self, m: Message) -> Entry:
-        if m._state is not DeliveryState.IN_FLIGHT:
-            raise MessageNotInFlight(m.id, m._state.value)
-        if self._state is not QueueState.OPEN:
-            raise self._closed_error()
-        return m._entry
-
-    def _release(self, m: Message, state: DeliveryState) -> Entry:
-        e = self._check_msg(m)
-        m._state = state
-        self._inflight.remove(m)
-        e.msg = None
-        self._pump.count_op()
-        self._wake_getters(1)
-        return e
-
-    def _finish(self, m: Message) -> None:
-        e = self._release(m, DeliveryState.FINISHED)
-        self._journal.done(e)
-        self._finished += 1
-        self._pump.kick()
-
-    def _requeue(self, m: Message, delay: float) -> None:
-        d = self._check_delay(delay)
-        e = self._release(m, DeliveryState.REQUEUED)
-        self._requeued += 1
-        if self._max_attempts and e.attempts >= self._max_attempts:
-            self._make_due(e)  # out of attempts: dead-lettered now, waiting is pointless
-        elif d == 0.0 and self._sync_every == 1:
-            e.after = self._fetch_seq + self._data.qsize()  # its place is taken now
-            self._pump.hold(e)  # released by the next log sync or commit
-        elif d == 0.0:
-            self._make_due(e)
-        else:
-            e.due_ns = self._clock.time_ns() + int(d * 1e9)
-            self._journal.update(e)
-            self._defer(e, self._clock.monotonic() + d)
-            self._inflight.arm()
-        self._pump.kick()
-
-    def _touch(self, m: Message) -> None:
-        self._check_msg(m)
-        self._inflight.touch(m, self._clock.monotonic(), self._max_msg_timeout)
-
-    def _on_timeout(self, m: Message) -> None:
-        e = m._entry
-        e.msg = None
-        self._timed_out += 1
-        self._make_due(e)
-        self._wake_getters(1)
-
-    def backoff(self, attempts: int) -> float:
-        """The requeue delay of ``async with msg`` after a failure.
-
-        1 s after the first attempt, doubling with each attempt, capped at ``max_delay``.
-        """
-        return min(self._max_delay, 2.0 ** min(max(attempts - 1, 0), 40))
-
-    # ------------------------------------------------------------------ due times
-
-    def _defer(self, e: Entry, when: float) -> None:
-        self._inflight.defer(e, when)
-        if e.log_state is LogState.WRITTEN:
-            e.body = None  # on disk: read back when due
-
-    def _make_due(self, e: Entry, after: int | None = None) -> None:
-        """Make ``e`` deliverable again, behind what is queued now (or behind ``after``)."""
-        e.ver += 1
-        e.after = self._fetch_seq + self._data.qsize() if after is None else after
-        if e.body is not None:
-            self._make_ready(e)
-        else:
-            e.state = EntryState.LOADING
-            self._need_load.append(e)
-            self._pump.kick()
-
-    def _make_ready(self, e: Entry) -> None:
-        """A due entry with its body in memory: ready, or dead if out of attempts."""
-        if self._max_attempts and e.attempts >= self._max_attempts:
-            self._to_dead_letters(e)
-            return
-        e.state = EntryState.READY
-        if e.after:
-            self._behind.append(e)
-        else:
-            self._ready.append(e)
-        self._wake_getters(1)
-
-    def _to_dead_letters(self, e: Entry) -> None:
-        e.state = EntryState.DEAD
-        self._pump.dead.append(e)
-        self._pump.kick()
-
-    def _drop_waiting(self) -> None:
-        """Forget every ready, loading and deferred entry (a purge)."""
-        for e in list(self._journal.entries.values()):
-            if e.state in (EntryState.READY, EntryState.LOADING, EntryState.DEFERRED):
-                self._journal.done(e)
-        self._ready.clear()
-        self._behind.clear()
-        self._need_load.clear()
-        self._inflight.clear_deferred()
-
-    def _wake_getters(self, n: int) -> None:
-        g = self._getters
-        while n > 0 and g:
-            w = g.popleft()
-            if not w.done():
-                w.set_result(None)
-                n -= 1
-
     # ------------------------------------------------------------------ sync and purge
 
     async def sync(self) -> None:
@@ -596,26 +390,6 @@ class AckQueue:
         await self._pump.wait_purge()
 
     # ------------------------------------------------------------------ state and figures
-
-    def _is_open(self) -> bool:
-        return self._state is QueueState.OPEN
-
-    def _set_closing(self) -> None:
-        self._state = QueueState.CLOSING
-
-    def _set_closed(self) -> None:
-        self._state = QueueState.CLOSED
-
-    def _check_open(self) -> None:
-        if self._state is not QueueState.OPEN:
-            raise self._closed_error()
-
-    def _closed_error(self) -> DiskQueueError:
-        if self._pump.error is not None:
-            return DiskQueueError(f"ack queue {self._name!r} is broken: {self._pump.error!r}")
-        if self._state is QueueState.NEW:
-            return QueueClosed(f"ack queue {self._name!r} is not open yet")
-        return QueueClosed(f"ack queue {self._name!r} is closed")
 
     def qsize(self) -> int:
         """Messages ready to deliver: not in flight, not deferred (``len(q)`` too)."""

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from .._core.options import DEFAULTS, MiB, integer, number
+from .._format import nsq
+from ..ack.options import ACK_DEFAULTS
 from ._identify import Limits
-
-MiB = 1 << 20
-
-
-def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,18 +30,18 @@ class BrokerOptions:
     Raises TypeError or ValueError naming the bad value.
     """
 
-    max_msg_size: int = MiB
+    max_msg_size: int = DEFAULTS.max_msg_size
     max_body_size: int = 5 * MiB
     max_rdy_count: int = 2500
-    msg_timeout: float = 60.0
-    max_msg_timeout: float = 15 * 60.0
-    max_req_timeout: float = 3600.0
+    msg_timeout: float = ACK_DEFAULTS.msg_timeout
+    max_msg_timeout: float = ACK_DEFAULTS.max_msg_timeout
+    max_req_timeout: float = ACK_DEFAULTS.max_delay
     heartbeat_interval: float = 30.0
     max_heartbeat_interval: float = 60.0
-    max_attempts: int = 0
-    sync_every: int = 2500
-    sync_interval: float = 2.0
-    max_bytes_per_file: int = 100 * MiB
+    max_attempts: int = ACK_DEFAULTS.max_attempts
+    sync_every: int = DEFAULTS.sync_every
+    sync_interval: float = DEFAULTS.sync_interval
+    max_bytes_per_file: int = DEFAULTS.max_bytes_per_file
     http_read_timeout: float = 60.0
     broadcast_address: str = ""
     lookupd_tcp_addresses: tuple[str, ...] = ()
@@ -62,22 +55,14 @@ class BrokerOptions:
                             f"{type(self.lookupd_tcp_addresses).__name__}")
         for addr in self.lookupd_tcp_addresses:
             split_host_port(addr)
-        for name in ("max_msg_size", "max_body_size", "max_rdy_count", "sync_every",
-                     "max_bytes_per_file"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-            if v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
-        if self.max_msg_size > 2**31 - 1 - 26:
-            raise ValueError(f"max_msg_size must be <= {2**31 - 27}, got {self.max_msg_size}")
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise TypeError(f"max_attempts must be an int, got {type(self.max_attempts).__name__}")
-        if not 0 <= self.max_attempts <= 65535:
-            raise ValueError(f"max_attempts must be in [0, 65535], got {self.max_attempts}")
+        for name in ("max_body_size", "max_rdy_count", "sync_every", "max_bytes_per_file"):
+            integer(name, getattr(self, name), 1)
+        # A stored message is the body behind nsqd's header, in a record of at most 2**31-1.
+        integer("max_msg_size", self.max_msg_size, 1, 2**31 - 1 - nsq.HEADER_SIZE)
+        integer("max_attempts", self.max_attempts, 0, 65535)
         for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "heartbeat_interval",
                      "max_heartbeat_interval", "sync_interval", "http_read_timeout"):
-            _positive(name, getattr(self, name))
+            number(name, getattr(self, name), positive=True)
         if self.msg_timeout > self.max_msg_timeout:
             raise ValueError(
                 f"msg_timeout must be <= max_msg_timeout, got {self.msg_timeout} > "

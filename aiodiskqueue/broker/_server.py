@@ -49,7 +49,7 @@ _HEARTBEAT_FRAME = frame(FRAME_RESPONSE, HEARTBEAT)
 _OK_FRAME = frame(FRAME_RESPONSE, OK)
 
 
-class State(enum.IntEnum):
+class ClientState(enum.IntEnum):
     """nsqd's client states (the numbers appear in /stats: nsqd 1.3.0's constants)."""
 
     INIT = 0
@@ -85,7 +85,7 @@ class Connection(ReplyWriter):
         )
         self.msg_timeout: float | None = None
         """The client's IDENTIFY ``msg_timeout`` in seconds; None: the broker's applies."""
-        self.state = State.INIT
+        self.state = ClientState.INIT
         self.channel: Channel | None = None
         self.rdy = 0
         self.in_flight: dict[bytes, Delivery] = {}
@@ -245,7 +245,7 @@ class Connection(ReplyWriter):
     # ------------------------------------------------------------------ commands
 
     async def _identify(self, params: list[bytes]) -> Reply:
-        if self.state is not State.INIT:
+        if self.state is not ClientState.INIT:
             raise ClientError("E_INVALID", "cannot IDENTIFY in current state")
         body = await self._read_body("IDENTIFY", "E_BAD_BODY", self.broker.options.max_body_size)
         opts = self.broker.options
@@ -263,13 +263,13 @@ class Connection(ReplyWriter):
         return frame(FRAME_RESPONSE, resp)
 
     async def _auth(self, params: list[bytes]) -> Reply:
-        if self.state is not State.INIT:
+        if self.state is not ClientState.INIT:
             raise ClientError("E_INVALID", "cannot AUTH in current state")
         await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
         raise ClientError("E_AUTH_DISABLED", "AUTH Disabled")
 
     async def _sub(self, params: list[bytes]) -> Reply:
-        if self.state is not State.INIT:
+        if self.state is not ClientState.INIT:
             raise ClientError("E_INVALID", "cannot SUB in current state")
         if self.config.heartbeat_interval_ms <= 0:
             raise ClientError("E_INVALID", "cannot SUB with heartbeats disabled")
@@ -285,13 +285,13 @@ class Connection(ReplyWriter):
         ch = await self.broker.get_channel(topic, cname)
         ch.clients[self.id] = self
         self.channel = ch
-        self.state = State.SUBSCRIBED
+        self.state = ClientState.SUBSCRIBED
         return _OK_FRAME
 
     async def _rdy(self, params: list[bytes]) -> Reply:
-        if self.state is State.CLOSING:
+        if self.state is ClientState.CLOSING:
             return None
-        if self.state is not State.SUBSCRIBED:
+        if self.state is not ClientState.SUBSCRIBED:
             raise ClientError("E_INVALID", "cannot RDY in current state")
         count = 1
         if len(params) > 1:
@@ -311,7 +311,7 @@ class Connection(ReplyWriter):
 
     def _settle_params(self, params: list[bytes], cmd: str, nparams: int) -> bytes:
         """The message id of a FIN, REQ or TOUCH (nsqd's checks, in nsqd's order)."""
-        if self.state not in (State.SUBSCRIBED, State.CLOSING):
+        if self.state not in (ClientState.SUBSCRIBED, ClientState.CLOSING):
             raise ClientError("E_INVALID", f"cannot {cmd} in current state")
         if len(params) < nparams:
             raise ClientError("E_INVALID", f"{cmd} insufficient number of params")
@@ -371,9 +371,9 @@ class Connection(ReplyWriter):
         return None
 
     async def _cls(self, params: list[bytes]) -> Reply:
-        if self.state is not State.SUBSCRIBED:
+        if self.state is not ClientState.SUBSCRIBED:
             raise ClientError("E_INVALID", "cannot CLS in current state")
-        self.state = State.CLOSING
+        self.state = ClientState.CLOSING
         self.rdy = 0
         await self._stop_pump()
         return frame(FRAME_RESPONSE, CLOSE_WAIT)
@@ -555,4 +555,4 @@ class Connection(ReplyWriter):
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
 
 
-__all__ = ["Connection", "State"]
+__all__ = ["ClientState", "Connection"]

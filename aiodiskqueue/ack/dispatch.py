@@ -1,0 +1,285 @@
+"""Which message goes out next, and what becomes of it: the delivery rules of an
+:class:`~aiodiskqueue.AckQueue`.
+
+:class:`Dispatch` is the base class of ``AckQueue`` holding the rules that work
+only on its in-memory state: the order of delivery (ready entries, entries due
+again behind what was queued then, the data queue), handing out a
+:class:`~.message.Message`, finishing, requeueing, touching and timing out, due
+times and dead letters. Nothing here waits or does I/O: the facade
+(:mod:`.queue`) waits, the pump (:mod:`.pump`) writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+
+from .._format import nsq
+from ..errors import DiskQueueError, MessageNotInFlight, QueueClosed
+from ..queue import DiskQueue
+from .clock import Clock
+from .codec import IdGenerator
+from .inflight import InFlight
+from .journal import Entry, EntryState, Journal, LogState
+from .message import DeliveryState, Message
+from .options import number
+from .pump import Pump
+
+
+class QueueState(enum.Enum):
+    """The life cycle of an :class:`~aiodiskqueue.AckQueue`."""
+
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Dispatch:
+    """The delivery rules of an AckQueue; its state is set up by the AckQueue."""
+
+    _name: str
+    _state: QueueState
+    _data: DiskQueue
+    _pump: Pump
+    _journal: Journal
+    _inflight: InFlight
+    _clock: Clock
+    _ids: IdGenerator
+    _nsq: bool
+    _max_in_flight: int
+    _max_attempts: int
+    _max_delay: float
+    _max_msg_timeout: float
+    _sync_every: int
+    _ready: deque[Entry]
+    _behind: deque[Entry]
+    _need_load: deque[Entry]
+    _getters: deque[asyncio.Future[None]]
+    _fetch_seq: int
+    _finished: int
+    _requeued: int
+    _timed_out: int
+    _delivered: int
+
+    # ------------------------------------------------------------------ taking
+
+    def _try_take(self, timeout: float) -> Message | None:
+        self._check_open()
+        while len(self._inflight) < self._max_in_flight:
+            behind = self._behind
+            if behind and self._behind_first():
+                e = behind.popleft()
+                if e.state is not EntryState.READY:
+                    continue
+            elif self._ready:
+                e = self._ready.popleft()
+                if e.state is not EntryState.READY:
+                    continue
+            elif not self._pump.paused:
+                try:
+                    payload = self._data.get_nowait()
+                except DiskQueueError:  # QueueEmpty: nothing read ahead yet
+                    if behind and not self._data.qsize():
+                        e = behind.popleft()
+                        if e.state is not EntryState.READY:
+                            continue
+                    else:
+                        return None
+                else:
+                    e = self._take(payload)
+            elif behind and not self._data.qsize():
+                # Taking from the data queue is paused for a commit: what was
+                # queued ahead of the head of _behind waits, so it waits too.
+                e = behind.popleft()
+                if e.state is not EntryState.READY:
+                    continue
+            else:
+                return None
+            m = self._deliver(e, timeout)
+            if m is not None:
+                return m
+        return None
+
+    def _behind_first(self) -> bool:
+        """Whether the head of ``_behind`` is due before the next message of the data queue.
+
+        As nsqd's ``REQ 0`` and timeouts: a message made due again goes behind
+        every message that was queued at that moment (read ahead into
+        ``_ready`` or still in the data queue), ahead of later ones.
+        """
+        after = self._behind[0].after
+        if self._ready:
+            return after < self._ready[0].fetch_seq
+        return after <= self._fetch_seq
+
+    def _take(self, payload: bytes) -> Entry:
+        """A message just taken out of the data queue becomes a log entry."""
+        self._fetch_seq += 1
+        if self._nsq:
+            ts, attempts, msg_id, body = nsq.decode(payload)
+        else:
+            ts, attempts, msg_id, body = self._clock.time_ns(), 0, self._ids.next(), payload
+        e = Entry(self._journal.new_key(), self._fetch_seq, 0, attempts, msg_id, ts, body)
+        self._journal.add(e)
+        self._pump.count_op()
+        return e
+
+    def _deliver(self, e: Entry, timeout: float) -> Message | None:
+        n = e.attempts + 1
+        if self._max_attempts and n > self._max_attempts:
+            self._to_dead_letters(e)
+            return None
+        e.attempts = n
+        e.due_ns = 0
+        e.state = EntryState.IN_FLIGHT
+        e.ver += 1
+        self._journal.update(e)
+        m = Message(self, e, self._clock.monotonic(), timeout)
+        e.msg = m
+        self._inflight.add(m)
+        self._delivered += 1
+        self._pump.kick()
+        return m
+
+    # ------------------------------------------------------------------ finish / requeue / touch
+
+    def _check_msg(self, m: Message) -> Entry:
+        if m._state is not DeliveryState.IN_FLIGHT:
+            raise MessageNotInFlight(m.id, m._state.value)
+        if self._state is not QueueState.OPEN:
+            raise self._closed_error()
+        return m._entry
+
+    def _release(self, m: Message, state: DeliveryState) -> Entry:
+        e = self._check_msg(m)
+        m._state = state
+        self._inflight.remove(m)
+        e.msg = None
+        self._pump.count_op()
+        self._wake_getters(1)
+        return e
+
+    def _finish(self, m: Message) -> None:
+        e = self._release(m, DeliveryState.FINISHED)
+        self._journal.done(e)
+        self._finished += 1
+        self._pump.kick()
+
+    def _requeue(self, m: Message, delay: float) -> None:
+        d = self._check_delay(delay)
+        e = self._release(m, DeliveryState.REQUEUED)
+        self._requeued += 1
+        if self._max_attempts and e.attempts >= self._max_attempts:
+            self._make_due(e)  # out of attempts: dead-lettered now, waiting is pointless
+        elif d == 0.0 and self._sync_every == 1:
+            e.after = self._fetch_seq + self._data.qsize()  # its place is taken now
+            self._pump.hold(e)  # released by the next log sync or commit
+        elif d == 0.0:
+            self._make_due(e)
+        else:
+            e.due_ns = self._clock.time_ns() + int(d * 1e9)
+            self._journal.update(e)
+            self._defer(e, self._clock.monotonic() + d)
+            self._inflight.arm()
+        self._pump.kick()
+
+    def _touch(self, m: Message) -> None:
+        self._check_msg(m)
+        self._inflight.touch(m, self._clock.monotonic(), self._max_msg_timeout)
+
+    def _on_timeout(self, m: Message) -> None:
+        e = m._entry
+        e.msg = None
+        self._timed_out += 1
+        self._make_due(e)
+        self._wake_getters(1)
+
+    def backoff(self, attempts: int) -> float:
+        """The requeue delay of ``async with msg`` after a failure.
+
+        1 s after the first attempt, doubling with each attempt, capped at ``max_delay``.
+        """
+        return min(self._max_delay, 2.0 ** min(max(attempts - 1, 0), 40))
+
+    # ------------------------------------------------------------------ due times
+
+    def _defer(self, e: Entry, when: float) -> None:
+        self._inflight.defer(e, when)
+        if e.log_state is LogState.WRITTEN:
+            e.body = None  # on disk: read back when due
+
+    def _make_due(self, e: Entry, after: int | None = None) -> None:
+        """Make ``e`` deliverable again, behind what is queued now (or behind ``after``)."""
+        e.ver += 1
+        e.after = self._fetch_seq + self._data.qsize() if after is None else after
+        if e.body is not None:
+            self._make_ready(e)
+        else:
+            e.state = EntryState.LOADING
+            self._need_load.append(e)
+            self._pump.kick()
+
+    def _make_ready(self, e: Entry) -> None:
+        """A due entry with its body in memory: ready, or dead if out of attempts."""
+        if self._max_attempts and e.attempts >= self._max_attempts:
+            self._to_dead_letters(e)
+            return
+        e.state = EntryState.READY
+        if e.after:
+            self._behind.append(e)
+        else:
+            self._ready.append(e)
+        self._wake_getters(1)
+
+    def _to_dead_letters(self, e: Entry) -> None:
+        e.state = EntryState.DEAD
+        self._pump.dead.append(e)
+        self._pump.kick()
+
+    def _drop_waiting(self) -> None:
+        """Forget every ready, loading and deferred entry (a purge)."""
+        for e in list(self._journal.entries.values()):
+            if e.state in (EntryState.READY, EntryState.LOADING, EntryState.DEFERRED):
+                self._journal.done(e)
+        self._ready.clear()
+        self._behind.clear()
+        self._need_load.clear()
+        self._inflight.clear_deferred()
+
+    def _wake_getters(self, n: int) -> None:
+        g = self._getters
+        while n > 0 and g:
+            w = g.popleft()
+            if not w.done():
+                w.set_result(None)
+                n -= 1
+
+    # ------------------------------------------------------------------ checks and state
+
+    def _check_delay(self, delay: object) -> float:
+        d = number("delay", delay, positive=False)
+        if d > self._max_delay:
+            raise ValueError(f"delay must be <= max_delay={self._max_delay}, got {delay}")
+        return d
+
+    def _is_open(self) -> bool:
+        return self._state is QueueState.OPEN
+
+    def _set_closing(self) -> None:
+        self._state = QueueState.CLOSING
+
+    def _set_closed(self) -> None:
+        self._state = QueueState.CLOSED
+
+    def _check_open(self) -> None:
+        if self._state is not QueueState.OPEN:
+            raise self._closed_error()
+
+    def _closed_error(self) -> DiskQueueError:
+        if self._pump.error is not None:
+            return DiskQueueError(f"ack queue {self._name!r} is broken: {self._pump.error!r}")
+        if self._state is QueueState.NEW:
+            return QueueClosed(f"ack queue {self._name!r} is not open yet")
+        return QueueClosed(f"ack queue {self._name!r} is closed")
