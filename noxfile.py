@@ -151,6 +151,8 @@ def pure_wheel(session: nox.Session) -> None:
         wheel_meta = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/WHEEL"))
     if any(n.endswith(".so") for n in names):
         session.error(f"{whl.name} holds compiled code")
+    if any(".data/" in n for n in names) or "aiodiskqueue/queue.py" not in names:
+        session.error(f"{whl.name} does not hold the package at its root: {names[:5]}")
     if "Root-Is-Purelib: true" not in wheel_meta:
         session.error(f"{whl.name} is not a purelib wheel:\n{wheel_meta}")
     session.log(f"pure wheel {whl.name}: {whl.stat().st_size} bytes")

@@ -46,7 +46,9 @@ class OptionalBuildExt(build_ext):
                     f"built: {exc}") from exc
             self.warn(f"the native writer {ext.name} could not be built ({exc}); "
                       "the package will write through its Python I/O thread")
-            self.distribution.native_writer_failed = True  # type: ignore[attr-defined]
+            # Without compiled code the install (and a wheel) is pure: install puts the
+            # package in purelib, and bdist_wheel tags it py3-none-any.
+            self.distribution.ext_modules = []
 
 
 class TaggedBdistWheel(bdist_wheel):
@@ -55,7 +57,7 @@ class TaggedBdistWheel(bdist_wheel):
     def run(self) -> None:
         if not self.skip_build:
             self.run_command("build")
-        if getattr(self.distribution, "native_writer_failed", False):
+        if not self.distribution.has_ext_modules():
             self.root_is_pure = True
         super().run()
 
