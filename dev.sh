@@ -41,7 +41,7 @@ case "${1:-}" in
     ;;
   nox)
     shift
-    setup "dev"
+    setup "dev,spark,uvloop,metrics,cli,bench,broker,docs"
     exec .venv/bin/nox "$@"
     ;;
   *)

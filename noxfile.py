@@ -1,10 +1,10 @@
 """The test matrix, the wheel checks, lint and docs: ``nox`` runs them all, as CI does.
 
-    nox                         # every session below
-    nox -s tests                # the suite on 3.11, 3.12 and 3.13
-    nox -s tests-3.12 -- -x tests/test_core_basic.py   # one Python, pytest arguments
-    nox -s wheel pure_wheel     # build, repair, install and test the wheel; the no-compiler wheel
-    nox -s lint docs            # mypy --strict and ruff; the docs with warnings as errors
+    bash dev.sh nox                 # every session below, nox from the project's .venv
+    bash dev.sh nox -s tests        # the suite on 3.11, 3.12 and 3.13
+    bash dev.sh nox -s tests-3.12 -- -x tests/test_core_basic.py   # one Python, pytest args
+    bash dev.sh nox -s wheel pure_wheel   # the repaired wheel, installed and tested; no compiler
+    bash dev.sh nox -s lint docs    # mypy --strict and ruff; the docs with warnings as errors
 
 Interpreters are looked up on PATH; pyenv's ``~/.pyenv/versions/X.Y*`` are added
 for versions that are not on it. pytest's exit code 5 (no test ran) fails a session.
@@ -170,20 +170,23 @@ def pure_wheel(session: nox.Session) -> None:
     session.log("AIODISKQUEUE_NATIVE=1 without a compiler: the build fails and says why")
 
 
-@nox.session(python="3.11")
+# lint and docs run in the interpreter that runs nox: the project's .venv, which
+# `bash dev.sh nox` sets up with every extra (mypy needs the optional dependencies'
+# types to check the code that imports them).
+
+
+@nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
     """mypy --strict and ruff over the package, tests, bench and examples."""
-    session.install("-e", f".[{EXTRAS}]")
-    session.run("ruff", "check", *LINT_PATHS)
-    session.run("mypy", "--strict", *LINT_PATHS)
+    session.run(sys.executable, "-m", "ruff", "check", *LINT_PATHS, "setup.py")
+    session.run(sys.executable, "-m", "mypy", "--strict", *LINT_PATHS)
 
 
-@nox.session(python="3.11")
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """The documentation, with every warning (a broken reference too) an error."""
-    session.install("-e", ".[docs]")
-    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"),
-                env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run(sys.executable, "-m", "mkdocs", "build", "--strict",
+                "--site-dir", str(ROOT / "site"), env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 if __name__ == "__main__":  # pragma: no cover - nox imports this file
