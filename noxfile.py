@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent
 PYTHONS = ["3.11", "3.12", "3.13"]
 EXTRAS = "dev,spark,uvloop,metrics,cli,bench,broker"
 # What mypy --strict and ruff check (setup.py, a build hook run by setuptools, gets ruff only).
-LINT_PATHS = ["aiodiskqueue", "tests", "bench", "examples", "noxfile.py"]
+LINT_PATHS = ["aiodiskqueue", "tests", "bench", "examples", "noxfile.py", "mkdocs_hooks.py"]
 # Tests that check the source checkout rather than the package, left out when the
 # suite runs against an installed wheel: `aiodiskqueue bench` finds bench/ next to
 # the package only in a checkout.
