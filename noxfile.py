@@ -135,6 +135,28 @@ def wheel(session: nox.Session) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+_PURE_ROUND_TRIP = """
+import asyncio, sys, tempfile
+import aiodiskqueue
+from aiodiskqueue import DiskQueue
+from aiodiskqueue._core import lane
+assert "/site-packages/" in aiodiskqueue.__file__, aiodiskqueue.__file__
+assert lane.Writer is None and not lane.available(), "the pure wheel has a native writer"
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        async with DiskQueue(d, "q", sync_every=1) as q:
+            await q.put_many([b"a", b"b"])
+            await q.put(b"c")
+        async with DiskQueue(d, "q") as q:
+            got = [await q.get() for _ in range(3)]
+    assert got == [b"a", b"b", b"c"], got
+    print("pure wheel round trip ok:", aiodiskqueue.__file__)
+
+asyncio.run(main())
+"""
+
+
 @nox.session(python="3.11")
 def pure_wheel(session: nox.Session) -> None:
     """Without a C compiler the wheel is ``py3-none-any``; with AIODISKQUEUE_NATIVE=1 it fails."""
@@ -156,6 +178,15 @@ def pure_wheel(session: nox.Session) -> None:
     if "Root-Is-Purelib: true" not in wheel_meta:
         session.error(f"{whl.name} is not a purelib wheel:\n{wheel_meta}")
     session.log(f"pure wheel {whl.name}: {whl.stat().st_size} bytes")
+    # It installs and works without the writer: a round trip through a fresh venv.
+    venv = Path(session.create_tmp()).resolve() / "pure-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run("python", "-m", "venv", str(venv))
+    vpy = str(venv / "bin" / "python")
+    session.run(vpy, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                str(whl), external=True)
+    with session.chdir(session.create_tmp()):
+        session.run(vpy, "-c", _PURE_ROUND_TRIP, external=True)
     failed = Path(session.create_tmp()).resolve() / "required"
     shutil.rmtree(failed, ignore_errors=True)
     py = Path(session.bin) / "python"
