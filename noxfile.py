@@ -73,7 +73,7 @@ def tests(session: nox.Session) -> None:
     that path is plain Python, so CI runs that pass on 3.11 only.)
     """
     session.install("-e", f".[{EXTRAS}]")
-    _pytest(session, *(session.posargs or ["-q"]))
+    _pytest(session, *(session.posargs or ["-q", "--durations=15"]))
 
 
 @nox.session(python="3.11")
@@ -129,8 +129,8 @@ def wheel(session: nox.Session) -> None:
                      "sys.exit(0 if '/site-packages/' in f and lane.available() else 1)")
             session.run(vpy, "-c", check, external=True)
             deselect = [a for t in CHECKOUT_ONLY for a in ("--deselect", t)]
-            session.run(vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *deselect,
-                        *session.posargs, external=True)
+            session.run(vpy, "-m", "pytest", "-q", "--durations=15", "-p", "no:cacheprovider",
+                        *deselect, *session.posargs, external=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
