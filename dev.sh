@@ -3,6 +3,8 @@
 #   bash dev.sh demo [args]   - the main job: crash/restart demo, then the Spark pipeline
 #   bash dev.sh test [args]   - the whole test suite (args go to pytest; without args
 #                               the core tests run first on the pure-Python write path)
+#   bash dev.sh docs          - the documentation into site/ (mkdocs, warnings are errors)
+#   bash dev.sh nox [args]    - the CI matrix and checks (noxfile.py), e.g. -s tests-3.12
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -32,8 +34,18 @@ case "${1:-}" in
     fi
     exec .venv/bin/python -m pytest "$@"
     ;;
+  docs)
+    shift
+    setup "docs"
+    NO_MKDOCS_2_WARNING=1 exec .venv/bin/mkdocs build --strict --site-dir site "$@"
+    ;;
+  nox)
+    shift
+    setup "dev,spark,uvloop,metrics,cli,bench,broker,docs"
+    exec .venv/bin/nox "$@"
+    ;;
   *)
-    echo "usage: bash dev.sh demo|test [args]" >&2
+    echo "usage: bash dev.sh demo|test|docs|nox [args]" >&2
     exit 2
     ;;
 esac

@@ -24,7 +24,8 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "web_ingest.py"
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a table (or JSON with ``--json``)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--requests", type=int, default=20_000)
     p.add_argument("-c", "--concurrency", type=int, default=64)
     p.add_argument("--size", type=int, default=1024)
@@ -44,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.requests} POSTs of {args.size} B from {args.concurrency} concurrent clients")
         base = results[0][1].rate
         for label, r in results:
-            print(f"{label:28} {r.rate:8.0f} req/s ({r.rate / base:4.2f}x)  p50 {r.p50_ms:6.2f} ms  "
-                  f"p99 {r.p99_ms:6.2f} ms  errors {r.errors}")
+            print(f"{label:28} {r.rate:8.0f} req/s ({r.rate / base:4.2f}x)  "
+                  f"p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:6.2f} ms  errors {r.errors}")
     return 0
 
 

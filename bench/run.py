@@ -851,7 +851,8 @@ def _git_rev() -> str:
         return "?"
 
 
-def meta_block(cfg: Config, started: float, res: Results, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def meta_block(cfg: Config, started: float, res: Results,
+               rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Machine, Python, versions, time and the run's settings."""
     versions = {"aiodiskqueue": f"{aiodiskqueue.__version__} (git {_git_rev()})"}
     try:
@@ -880,7 +881,8 @@ def meta_block(cfg: Config, started: float, res: Results, rows: list[dict[str, A
         "config": {
             "quick": cfg.quick, "sizes": cfg.sizes, "loops": cfg.loops, "reps": cfg.reps,
             "messages": cfg.n, "bytes_cap": cfg.bytes_cap, "durable_messages": cfg.durable_n,
-            "ours_box_s": cfg.ours_box, "durable_box_s": cfg.durable_box, "peer_box_s": cfg.peer_box,
+            "ours_box_s": cfg.ours_box, "durable_box_s": cfg.durable_box,
+            "peer_box_s": cfg.peer_box,
             "only": sorted(cfg.only),
             "producers": sorted(cfg.producers) if cfg.producers else "all",
         },
@@ -908,9 +910,11 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     ap.add_argument("--loop", choices=["asyncio", "uvloop", "both"], default="both")
     ap.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
                     help="comma-separated message sizes (default 16,256,1024,4096)")
-    ap.add_argument("--reps", type=int, default=None, help="repetitions per row (default 3, quick 2)")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="repetitions per row (default 3, quick 2)")
     ap.add_argument("--only", action="append", default=None, choices=WORKLOADS,
-                    metavar="WORKLOAD", help=f"run only these workloads (repeatable): {', '.join(WORKLOADS)}")
+                    metavar="WORKLOAD",
+                    help=f"run only these workloads (repeatable): {', '.join(WORKLOADS)}")
     ap.add_argument("--producers", default=None,
                     help="comma-separated producer counts to run (1, 16, 64; default all)")
     ap.add_argument("--systems", default=None,

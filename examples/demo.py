@@ -91,9 +91,11 @@ async def check_after_crash(data_dir: str, last_acked: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.path.join(os.getcwd(), "demo-data"))
-    ap.add_argument("--messages", type=int, default=50_000, help="kill the producer after this many")
+    ap.add_argument("--messages", type=int, default=50_000,
+                    help="kill the producer after this many")
     ap.add_argument("--no-spark", action="store_true")
     args = ap.parse_args()
     qdir = os.path.join(args.data_dir, "queues")

@@ -210,7 +210,7 @@ async def _wait_drained(port: int, expected: int, timeout: float = 60.0) -> dict
 
 
 async def bench(total: int, concurrency: int, size: int) -> list[tuple[str, LoadResult]]:
-    """Load the in-memory anchor, then the service with the default sync policy and ``sync_every=1``."""
+    """Load the in-memory anchor, then the service: default sync policy, then ``sync_every=1``."""
     out: list[tuple[str, LoadResult]] = []
     for label, sync_every in (("asyncio.Queue (no disk)", 0), ("default (sync_every=2500)", 2500),
                               ("sync_every=1", 1)):
@@ -236,7 +236,8 @@ def _print(label: str, r: LoadResult) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
     s = sub.add_parser("serve")
     s.add_argument("--data-dir", required=True)
@@ -257,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(args.data_dir, args.host, args.port, args.sync_every, args.memory))
         return 0
     if args.mode == "load":
-        results = [("load", asyncio.run(load(args.url, args.requests, args.concurrency, args.size)))]
+        result = asyncio.run(load(args.url, args.requests, args.concurrency, args.size))
+        results = [("load", result)]
     else:
         results = asyncio.run(bench(args.requests, args.concurrency, args.size))
     if args.json:

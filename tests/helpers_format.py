@@ -20,7 +20,7 @@ def fixture_msg(i: int) -> bytes:
 
 
 def multi_msg(i: int) -> bytes:
-    """Message ``i`` of the ``multi`` fixture: ``5*(i % 1001)`` bytes, byte j is ``(i+j) & 0xff``."""
+    """Message ``i`` of the ``multi`` fixture: ``5*(i % 1001)`` bytes, byte j ``(i+j) & 0xff``."""
     return bytes((i + j) & 0xFF for j in range(5 * (i % 1001)))
 
 

@@ -10,6 +10,7 @@ import asyncio
 import random
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,30 +118,45 @@ async def test_consumer_killed_loses_nothing(tmp_path: Path, sync_every: int, ro
 
 @pytest.mark.slow
 async def test_deferred_messages_keep_due_time_across_kill(tmp_path: Path) -> None:
+    # Each round the child puts bodies 0, 1, 2, ... again (the delay of body i is
+    # 100 + i % 50 s, as ack_child.defer() chooses), so a delivered body may come from
+    # any round. The bound on its due time is the smallest over the rounds that may
+    # have stored it: a printed put is due at its t + delay or later; the one put after
+    # the last printed line may have landed without being printed (the kill fell
+    # between its write and its print), and it started after the previous put's t
+    # (or after the child was started). Bounding only by printed lines is wrong:
+    # such a put of body k in round 0 is due before the printed put of k in round 1.
     rng = random.Random(5)
-    put: dict[int, int] = {}  # idx -> earliest allowed delivery, wall ns
-    for r in range(3):
+    bounds: dict[int, list[int]] = {}  # body -> earliest allowed delivery (wall ns), per round
+    printed: set[int] = set()
+    n_printed = 0
+    for _ in range(3):
+        started = time.time_ns()
         lines = await run_and_kill(tmp_path, rng.uniform(0, 0.3), "defer", str(tmp_path),
                                    "100000")
+        assert [int(line[1]) for line in lines] == list(range(len(lines)))
+        since = started
         for _, idx, t, delay in lines:
-            # Each round puts 0, 1, 2, ... again: key by round too.
-            put[int(idx) + r * 100_000] = int(t) + int(float(delay) * 1e9)
-    assert put
-    clock = ManualClock(start=0.0, wall_ns=min(put.values()) - 10**9)
+            bounds.setdefault(int(idx), []).append(int(t) + int(float(delay) * 1e9))
+            since = int(t)
+        nxt = len(lines)
+        bounds.setdefault(nxt, []).append(since + int((100.0 + nxt % 50) * 1e9))
+        printed.update(range(nxt))
+        n_printed += nxt
+    assert printed
+    clock = ManualClock(start=0.0, wall_ns=min(min(b) for b in bounds.values()) - 10**9)
     got: dict[int, int] = {}
     async with AckQueue(tmp_path, "jobs", clock=clock, msg_timeout=1e6,
                         max_msg_timeout=1e6) as q:
-        start_deferred = q.statistics().deferred
-        assert start_deferred >= len(put)
+        assert q.statistics().deferred >= n_printed
         while q.statistics().deferred or q.qsize():
             while q.qsize():
                 m = await asyncio.wait_for(q.get(), 30)
-                got.setdefault(int(m.body), 0)
-                got[int(m.body)] += 1
-                # Never early: the due time is at least the put's start plus its delay.
-                # (A put that landed but was not acknowledged has no bound.)
-                lower = [due for key, due in put.items() if key % 100_000 == int(m.body)]
-                assert clock.time_ns() >= min(lower, default=0), (m.body, lower)
+                body = int(m.body)
+                got[body] = got.get(body, 0) + 1
+                # Never early, and never a body no round can have put.
+                assert body in bounds, body
+                assert clock.time_ns() >= min(bounds[body]), (body, bounds[body])
                 await m.finish()
             clock.advance(1.0)
-    assert {k % 100_000 for k in put} <= set(got)
+    assert printed <= set(got)

@@ -186,10 +186,15 @@ async def test_empty_payload(make_queue: MakeQueue, tmp_path: Path) -> None:
 async def test_put_nowait_write_buffer_full(make_queue: MakeQueue) -> None:
     q = await make_queue(write_buffer_bytes=4096)
     accepted = 0
-    with pytest.raises(QueueFull, match="write buffer is full"):
+
+    def fill() -> None:
+        nonlocal accepted
         for _ in range(100):  # no await: the buffer cannot drain meanwhile
             q.put_nowait(b"b" * 1000)
             accepted += 1
+
+    with pytest.raises(QueueFull, match="write buffer is full"):
+        fill()
     assert 4 <= accepted <= 5  # 1004 bytes per record against 4096
     await q.sync()  # written: room again
     q.put_nowait(b"more")

@@ -164,7 +164,7 @@ async def test_disk_full_put_fails_then_recovers(make_queue: MakeQueue, tmp_path
     full.on = False
     await q.put(b"after")
     got = [await q.get() for _ in range(len(before))]
-    assert got == before[1:] + [b"after"]
+    assert got == [*before[1:], b"after"]
     await q.sync()
     assert read_queue(tmp_path, "q") == []
     st = q.statistics()

@@ -82,7 +82,8 @@ async def test_purge(make_queue: MakeQueue, tmp_path: Path) -> None:
         assert not (tmp_path / seg_name("q", n)).exists()
     st = q.statistics()
     assert st.depth == 0 and q.qsize() == 0
-    assert (st.read_file_num, st.read_pos) == (st.write_file_num, st.write_pos) == (num_files + 1, 0)
+    end = (num_files + 1, 0)
+    assert (st.read_file_num, st.read_pos) == (st.write_file_num, st.write_pos) == end
     assert read_meta(tmp_path, "q").encode() == b"0\n15,0\n15,0\n"
     assert st.bytes_on_disk == 0
     for i in range(100):
@@ -113,8 +114,8 @@ def _corruption_msgs(n: int) -> list[bytes]:
     return [(b"%03d" % i) * 40 for i in range(n)]
 
 
-CORRUPT_OPTS: dict[str, Any] = {"max_bytes_per_file": 1000, "min_msg_size": 10, "max_msg_size": 1 << 10,
-                "sync_every": 5}
+CORRUPT_OPTS: dict[str, Any] = {"max_bytes_per_file": 1000, "min_msg_size": 10,
+                                "max_msg_size": 1 << 10, "sync_every": 5}
 
 
 async def test_corruption_truncated_completed_file(tmp_path: Path,

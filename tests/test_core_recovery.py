@@ -114,7 +114,7 @@ async def test_torn_tail_truncated_and_appended_after(tmp_path: Path, torn: int,
             await q.put(b"after")
             await q.sync()
             assert last.read_bytes()[good_size:] == b"\0\0\0\x05after"
-            assert [await q.get() for _ in range(13)] == msgs + [b"after"]
+            assert [await q.get() for _ in range(13)] == [*msgs, b"after"]
     assert any("torn tail" in r.getMessage() for r in caplog.records)
 
 

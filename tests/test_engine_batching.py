@@ -71,7 +71,9 @@ async def test_many_producers_with_a_following_consumer_lose_and_reorder_nothing
     async def consumer() -> list[bytes]:
         return [await q.get() for _ in range(per * producers)]
 
-    got, *_ = await asyncio.gather(consumer(), *(producer(k) for k in range(producers)))
+    taking = asyncio.create_task(consumer())
+    await asyncio.gather(*(producer(k) for k in range(producers)))
+    got = await taking
     assert len(got) == per * producers
     for k in range(producers):
         mine = [int(m[3:]) for m in got if m[:2] == b"%02d" % k]

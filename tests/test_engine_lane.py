@@ -62,7 +62,8 @@ def test_writer_reports_write_and_fdatasync_results(tmp_path: Path) -> None:
             pass
         assert done == [(total, 0, 0)]
         assert records(path.read_bytes()) == [b"hello", b"world", *payloads]
-        for bad in ([], ["text"], [b"ok", bytearray(b"no")]):
+        bad_batches: list[list[Any]] = [[], ["text"], [b"ok", bytearray(b"no")]]
+        for bad in bad_batches:
             with pytest.raises((TypeError, ValueError)):
                 w.submit_records(fd, bad, 0, False)
         assert w.inflight() == 0

@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parent.parent / "aiodiskqueue"
+import aiodiskqueue
+
+# The package as imported: the source tree, or site-packages when the suite runs
+# against an installed wheel.
+PKG = Path(aiodiskqueue.__file__).resolve().parent
 
 # floor of each top-level part of the package (lower imports from higher never)
 FLOORS = {
@@ -36,8 +40,8 @@ def _imports(path: Path) -> list[str]:
     """Modules of the package that ``path`` imports (relative imports resolved)."""
     rel = path.relative_to(PKG).with_suffix("")
     parts = list(rel.parts)
-    pkg = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
-    out = []
+    pkg = parts[:-1]  # a module's package; for __init__, the package itself
+    out: list[str] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:

@@ -430,32 +430,48 @@ static PyTypeObject WriterType = {
     .tp_methods = Writer_methods,
 };
 
+/*
+ * Multi-phase initialisation (PEP 489). The module has no state of its own
+ * (m_size 0); Writer is a static type, shared by every interpreter that imports
+ * the module under the one GIL, so a per-interpreter GIL is not declared.
+ * Py_mod_gil: the writer thread never touches a Python object (it runs without
+ * the GIL by design), and the methods keep no global state, so a free-threaded
+ * build need not re-enable the GIL for this module. As with the rest of the
+ * queue, one Writer is driven by one event loop thread at a time.
+ */
+static int
+writer_exec(PyObject *m)
+{
+    if (PyType_Ready(&WriterType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Writer", (PyObject *)&WriterType) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "RING", RING) < 0)
+        return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot writer_slots[] = {
+    {Py_mod_exec, writer_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
 static struct PyModuleDef writer_module = {
     PyModuleDef_HEAD_INIT,
-    "aiodiskqueue._core._writer",
-    "The native write lane of aiodiskqueue.",
-    -1,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
+    .m_name = "aiodiskqueue._core._writer",
+    .m_doc = "The native write lane of aiodiskqueue.",
+    .m_size = 0,
+    .m_slots = writer_slots,
 };
 
 PyMODINIT_FUNC
 PyInit__writer(void)
 {
-    if (PyType_Ready(&WriterType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&writer_module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&WriterType);
-    if (PyModule_AddObject(m, "Writer", (PyObject *)&WriterType) < 0) {
-        Py_DECREF(&WriterType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    PyModule_AddIntConstant(m, "RING", RING);
-    return m;
+    return PyModuleDef_Init(&writer_module);
 }

@@ -24,7 +24,7 @@ def frame(payloads: list[bytes], lens: list[int] | None = None) -> bytes:
     """
     if lens is None:
         lens = list(map(len, payloads))
-    return b"".join(chain.from_iterable(zip(map(_pack, lens), payloads)))
+    return b"".join(chain.from_iterable(zip(map(_pack, lens), payloads, strict=True)))
 
 
 def index(payloads: list[bytes], lens: list[int], file_num: int,
@@ -49,7 +49,8 @@ class ParseResult:
 
     __slots__ = ("bad_length", "records", "stop")
 
-    def __init__(self, records: list[tuple[bytes, int, int]], stop: int, bad_length: int | None) -> None:
+    def __init__(self, records: list[tuple[bytes, int, int]], stop: int,
+                 bad_length: int | None) -> None:
         self.records = records
         self.stop = stop
         self.bad_length = bad_length
