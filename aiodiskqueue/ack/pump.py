@@ -99,7 +99,7 @@ class Pump:
         q._journal = journal
         now, wall = q._clock.monotonic(), q._clock.time_ns()
         for e in sorted(journal.entries.values(), key=lambda e: e.key):
-            if e.due_ns == 0:
+            if e.due_ns <= wall:  # in flight at the crash, or came due while closed
                 e.state = EntryState.LOADING
                 q._need_load.append(e)
             else:
