@@ -28,13 +28,6 @@ PYTHONS = ["3.11", "3.12", "3.13"]
 EXTRAS = "dev,spark,uvloop,metrics,cli,bench,broker"
 # What mypy --strict and ruff check (setup.py, a build hook run by setuptools, gets ruff only).
 LINT_PATHS = ["aiodiskqueue", "tests", "bench", "examples", "noxfile.py", "mkdocs_hooks.py"]
-# Tests of the source checkout rather than the package, left out when the suite runs
-# against an installed wheel: `aiodiskqueue bench` finds bench/ next to the package
-# only in a checkout (tests/test_bench_smoke.py still runs bench/run.py on the wheel).
-CHECKOUT_ONLY = [
-    "tests/test_cli_stats.py::test_bench_defaults_to_the_checkout",
-    "tests/test_cli_stats.py::test_bench_runs_the_real_suite",
-]
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
@@ -128,9 +121,8 @@ def wheel(session: nox.Session) -> None:
                      "f = aiodiskqueue.__file__; print(f); "
                      "sys.exit(0 if '/site-packages/' in f and lane.available() else 1)")
             session.run(vpy, "-c", check, external=True)
-            deselect = [a for t in CHECKOUT_ONLY for a in ("--deselect", t)]
             session.run(vpy, "-m", "pytest", "-q", "--durations=15", "-p", "no:cacheprovider",
-                        *deselect, *session.posargs, external=True)
+                        *session.posargs, external=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

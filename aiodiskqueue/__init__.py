@@ -4,14 +4,18 @@ from ._core.options import Statistics
 from .ack import AckQueue, AckStatistics, Message
 from .errors import (
     CorruptionError,
+    DeserializationError,
     DiskQueueError,
+    LoopThreadError,
     MessageNotInFlight,
     MessageSizeError,
+    MissingExtra,
     QueueClosed,
     QueueEmpty,
     QueueFull,
     QueueLocked,
     QueueNotFound,
+    SerializationError,
 )
 from .queue import DiskQueue
 
@@ -19,16 +23,20 @@ __all__ = [
     "AckQueue",
     "AckStatistics",
     "CorruptionError",
+    "DeserializationError",
     "DiskQueue",
     "DiskQueueError",
+    "LoopThreadError",
     "Message",
     "MessageNotInFlight",
     "MessageSizeError",
+    "MissingExtra",
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
     "QueueLocked",
     "QueueNotFound",
+    "SerializationError",
     "Statistics",
 ]
 

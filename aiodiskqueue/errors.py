@@ -6,14 +6,18 @@ import asyncio
 
 __all__ = [
     "CorruptionError",
+    "DeserializationError",
     "DiskQueueError",
+    "LoopThreadError",
     "MessageNotInFlight",
     "MessageSizeError",
+    "MissingExtra",
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
     "QueueLocked",
     "QueueNotFound",
+    "SerializationError",
 ]
 
 # asyncio.QueueShutDown exists from Python 3.13: QueueClosed is one there too, so code
@@ -99,3 +103,51 @@ class MessageNotInFlight(DiskQueueError):
         super().__init__(f"message {msg_id} is not in flight: {state}")
         self.msg_id = msg_id
         self.state = state
+
+
+class MissingExtra(DiskQueueError, ImportError):
+    """An optional dependency needed for what was asked is not installed."""
+
+
+class SerializationError(DiskQueueError, ValueError):
+    """A value could not be serialized; nothing was stored.
+
+    ``value`` is the value, ``__cause__`` the serializer's exception.
+    """
+
+    def __init__(self, value: object, reason: str) -> None:
+        text = repr(value)
+        if len(text) > 80:
+            text = text[:77] + "..."
+        super().__init__(f"cannot serialize {type(value).__name__} {text}: {reason}")
+        self.value = value
+
+
+class DeserializationError(DiskQueueError, ValueError):
+    """A stored record could not be deserialized. It was taken out of the queue.
+
+    The messages after it are still in the queue. Attributes: ``queue`` (name),
+    ``directory``, ``path`` (segment file), ``offset`` (byte offset of the record,
+    its 4-byte length prefix, in that file), ``ordinal`` (1 for the first message
+    this queue object handed out since it was opened), ``payload`` (the record's
+    bytes, to keep or dead-letter), and ``__cause__`` (the serializer's exception).
+    """
+
+    def __init__(self, *, queue: str, directory: str, path: str, offset: int, ordinal: int,
+                 payload: bytes, reason: str) -> None:
+        super().__init__(f"cannot deserialize message #{ordinal} of queue {queue!r} "
+                         f"({len(payload)} bytes): {path} at byte {offset}: {reason}; "
+                         "the record was taken out of the queue, the next ones are kept")
+        self.queue = queue
+        self.directory = directory
+        self.path = path
+        self.offset = offset
+        self.ordinal = ordinal
+        self.payload = payload
+
+
+class LoopThreadError(DiskQueueError, RuntimeError):
+    """A blocking call was made from the event loop thread that runs the queue.
+
+    It would wait for the loop it blocks. Use the async queue there.
+    """

@@ -20,7 +20,7 @@ PKG = Path(aiodiskqueue.__file__).resolve().parent
 
 # floor of each top-level part of the package (lower imports from higher never)
 FLOORS = {
-    "errors": 0, "_format": 0,
+    "errors": 0, "_format": 0, "serializers": 0,
     "_core": 1,
     "queue": 2, "ack": 2, "metrics": 3, "sync": 3, "typed": 3,
     "spark": 3, "broker": 3, "tools": 3, "__main__": 4, "__init__": 4,

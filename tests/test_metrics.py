@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import re
 from collections.abc import AsyncIterator
@@ -11,7 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 import aiodiskqueue.metrics as metrics_module
-from aiodiskqueue import DiskQueue
+from aiodiskqueue import AckQueue, DiskQueue
+from aiodiskqueue.ack.clock import ManualClock
 from aiodiskqueue.metrics import DiskQueueCollector, instrument
 
 GAUGES = {
@@ -31,6 +33,24 @@ COUNTERS = {
     "aiodiskqueue_syncs_total": "syncs",
     "aiodiskqueue_bad_files_total": "bad_files",
 }
+ACK_GAUGES = {
+    "aiodiskqueue_ack_ready_messages": "depth",
+    "aiodiskqueue_ack_in_flight": "in_flight",
+    "aiodiskqueue_ack_deferred": "deferred",
+    "aiodiskqueue_ack_log_bytes": "log_bytes",
+    "aiodiskqueue_ack_log_segments": "log_segments",
+}
+ACK_COUNTERS = {
+    "aiodiskqueue_ack_delivered_total": "delivered",
+    "aiodiskqueue_ack_finished_total": "finished",
+    "aiodiskqueue_ack_requeued_total": "requeued",
+    "aiodiskqueue_ack_timed_out_total": "timed_out",
+    "aiodiskqueue_ack_dead_lettered_total": "dead_lettered",
+    "aiodiskqueue_ack_commits_total": "commits",
+    "aiodiskqueue_ack_log_syncs_total": "log_syncs",
+}
+ALL_COUNTERS = {**COUNTERS, **ACK_COUNTERS}
+ALL_GAUGES = {**GAUGES, **ACK_GAUGES}
 
 
 @pytest.fixture
@@ -39,7 +59,7 @@ async def queue(tmp_path: Path) -> AsyncIterator[DiskQueue]:
         yield q
 
 
-def value(reg: CollectorRegistry, name: str, q: DiskQueue) -> float | None:
+def value(reg: CollectorRegistry, name: str, q: DiskQueue | AckQueue) -> float | None:
     return reg.get_sample_value(name, {"queue": q.name, "directory": q.directory})
 
 
@@ -69,10 +89,10 @@ async def test_exposition_types_match_the_documented_names(queue: DiskQueue) -> 
              for n, t in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE)}
     expected = {n: "gauge" for n in GAUGES}
     expected.update({n.removesuffix("_total"): "counter" for n in COUNTERS})
-    assert types == expected
+    assert types == expected  # no delivery families without an AckQueue
     doc = metrics_module.__doc__ or ""
     documented = set(re.findall(r"``(aiodiskqueue_[a-z_]+)``", doc))
-    assert documented == set(GAUGES) | set(COUNTERS)
+    assert documented == set(ALL_GAUGES) | set(ALL_COUNTERS)
 
 
 async def test_queues_are_labelled_apart_and_removable(queue: DiskQueue, tmp_path: Path) -> None:
@@ -110,8 +130,85 @@ async def test_collector_holds_queues_weakly(tmp_path: Path) -> None:
 def test_registering_names_up_front() -> None:
     collector = DiskQueueCollector()
     names = {m.name for m in collector.describe()}
-    assert names == set(GAUGES) | {n.removesuffix("_total") for n in COUNTERS}
+    assert names == set(ALL_GAUGES) | {n.removesuffix("_total") for n in ALL_COUNTERS}
     reg = CollectorRegistry()
     reg.register(collector)
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         reg.register(DiskQueueCollector())
+
+
+# ---------------------------------------------------------------------- AckQueue
+
+
+async def test_ack_queue_exports_every_delivery_figure(tmp_path: Path) -> None:
+    reg = CollectorRegistry()
+    clock = ManualClock()
+    async with AckQueue(tmp_path, "jobs", clock=clock, msg_timeout=10.0,
+                        max_attempts=1) as q:  # a second delivery dead-letters
+        instrument(q, reg)
+        await q.put_many([b"a", b"b", b"c"])
+        await q.put(b"later", delay=60.0)
+        await (await q.get()).finish()
+        await (await q.get()).requeue()
+        m = await q.get()  # b"b" is dead-lettered on the way, b"c" delivered
+        assert m.body == b"c"
+        clock.advance(11.0)  # its deadline passes: timed out, requeued automatically
+        with pytest.raises(TimeoutError):  # b"c" is dead-lettered too, nothing delivered
+            await asyncio.wait_for(q.get(), 0.05)
+        await q.put(b"d")
+        await q.get()  # left in flight
+        await q.sync()
+        ack = q.statistics()
+        assert (ack.finished, ack.requeued, ack.timed_out, ack.dead_lettered,
+                ack.deferred, ack.in_flight, ack.delivered) == (1, 1, 1, 2, 1, 1, 4)
+        for name, field in {**ACK_GAUGES, **ACK_COUNTERS}.items():
+            assert value(reg, name, q) == float(getattr(ack, field)), name
+        for name, field in {**GAUGES, **COUNTERS}.items():  # the data queue's figures
+            assert value(reg, name, q) == float(getattr(ack.queue, field)), name
+        assert value(reg, "aiodiskqueue_ack_in_flight", q) == 1.0
+        assert value(reg, "aiodiskqueue_ack_deferred", q) == 1.0
+        assert value(reg, "aiodiskqueue_ack_dead_lettered_total", q) == 2.0
+        assert value(reg, "aiodiskqueue_ack_timed_out_total", q) == 1.0
+        assert value(reg, "aiodiskqueue_ack_requeued_total", q) == 1.0
+        assert value(reg, "aiodiskqueue_ack_finished_total", q) == 1.0
+        assert value(reg, "aiodiskqueue_ack_delivered_total", q) == 4.0
+        assert value(reg, "aiodiskqueue_gets_total", q) == 4.0  # taken out of the data queue
+        instrument(q.dead_letters, reg)
+        assert value(reg, "aiodiskqueue_depth", q.dead_letters) == 2.0
+
+
+async def test_ack_and_byte_queues_share_one_collector(tmp_path: Path,
+                                                       queue: DiskQueue) -> None:
+    reg = CollectorRegistry()
+    async with AckQueue(tmp_path, "ack") as aq:
+        collector = instrument(aq, reg)
+        assert instrument(queue, reg) is collector
+        await aq.put(b"x")
+        text = generate_latest(reg).decode()
+        types = {n.removesuffix("_total"): t
+                 for n, t in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE)}
+        expected = {n: "gauge" for n in ALL_GAUGES}
+        expected.update({n.removesuffix("_total"): "counter" for n in ALL_COUNTERS})
+        assert types == expected
+        assert text.count("aiodiskqueue_ack_in_flight{") == 1  # only the AckQueue
+        assert text.count("aiodiskqueue_puts_total{") == 2
+        assert value(reg, "aiodiskqueue_ack_ready_messages", aq) == 1.0
+        collector.remove(aq)
+        assert value(reg, "aiodiskqueue_ack_ready_messages", aq) is None
+        assert "aiodiskqueue_ack_" not in generate_latest(reg).decode()
+
+
+async def test_ack_queue_is_held_weakly(tmp_path: Path) -> None:
+    collector = DiskQueueCollector()
+    aq = await AckQueue.open(tmp_path, "weak")
+    collector.add(aq)
+    assert collector.queues() == [aq]
+    await aq.aclose()
+    del aq
+    gc.collect()
+    assert collector.queues() == []
+
+
+def test_instrument_refuses_other_objects() -> None:
+    with pytest.raises(TypeError, match="takes a DiskQueue or an AckQueue, got str"):
+        instrument("queue", CollectorRegistry())  # type: ignore[arg-type]

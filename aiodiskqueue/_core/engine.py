@@ -265,7 +265,7 @@ class Engine(QueueBuffers):
         st = self.store
         if st.writer_fd is None or (sync and st.dir_dirty):
             return False
-        return 0 < size and pos + size <= self.opts.max_bytes_per_file
+        return size > 0 and pos + size <= self.opts.max_bytes_per_file
 
     def _dispatch(self, job: Job) -> _Flight:
         assert self.io is not None

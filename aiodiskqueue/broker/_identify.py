@@ -174,9 +174,9 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     """
     # Go keeps bytes that are not UTF-8 (as U+FFFD) rather than failing.
     parsed = parse_top(body.decode("utf-8", "replace"))
-    out: dict[str, Any] = {k: 0 for k in _INT_FIELDS}
-    out.update({k: "" for k in _STR_FIELDS})
-    out.update({k: False for k in _BOOL_FIELDS})
+    out: dict[str, Any] = dict.fromkeys(_INT_FIELDS, 0)
+    out.update(dict.fromkeys(_STR_FIELDS, ""))
+    out.update(dict.fromkeys(_BOOL_FIELDS, False))
     if parsed is None:
         return out
     if not isinstance(parsed, list):
