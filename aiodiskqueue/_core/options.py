@@ -110,9 +110,14 @@ class Statistics:
     depth: int
     """Messages accepted and not yet consumed (``qsize()``)."""
     read_file_num: int
+    """The consumer position: the segment of the last message taken (or, before any, where
+    the oldest unread record starts)."""
     read_pos: int
+    """Byte offset just past the last message taken, in ``read_file_num``."""
     write_file_num: int
+    """The segment the next record is appended to."""
     write_pos: int
+    """Byte offset where the next record starts, in ``write_file_num``."""
     bad_files: int
     """Segments quarantined as ``.bad`` since this queue object opened."""
     bytes_on_disk: int
