@@ -130,9 +130,9 @@ class DiskQueueCollector:
         for q in self.queues():
             stats: Statistics = q.statistics()
             labels = [q.name, q.directory]
-            for fam, (_, attr, _) in zip(gauges, _GAUGES):
+            for fam, (_, attr, _) in zip(gauges, _GAUGES, strict=True):
                 fam.add_metric(labels, float(getattr(stats, attr)))
-            for cfam, (_, attr, _) in zip(counters, _COUNTERS):
+            for cfam, (_, attr, _) in zip(counters, _COUNTERS, strict=True):
                 cfam.add_metric(labels, float(getattr(stats, attr)))
         yield from gauges
         yield from counters

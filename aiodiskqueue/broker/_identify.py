@@ -174,9 +174,9 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     """
     # Go keeps bytes that are not UTF-8 (as U+FFFD) rather than failing.
     parsed = parse_top(body.decode("utf-8", "replace"))
-    out: dict[str, Any] = {k: 0 for k in _INT_FIELDS}
-    out.update({k: "" for k in _STR_FIELDS})
-    out.update({k: False for k in _BOOL_FIELDS})
+    out: dict[str, Any] = dict.fromkeys(_INT_FIELDS, 0)
+    out.update(dict.fromkeys(_STR_FIELDS, ""))
+    out.update(dict.fromkeys(_BOOL_FIELDS, False))
     if parsed is None:
         return out
     if not isinstance(parsed, list):
@@ -245,7 +245,9 @@ def _invalid(what: str, value: int) -> ClientError:
     return ClientError("E_BAD_BODY", f"IDENTIFY {what} ({value}) is invalid")
 
 
-def negotiate(body: bytes, limits: Limits, *, client_msg_timeout: bool = True) -> tuple[ClientConfig, bytes]:
+def negotiate(
+    body: bytes, limits: Limits, *, client_msg_timeout: bool = True
+) -> tuple[ClientConfig, bytes]:
     """Apply an IDENTIFY body; return the client's config and the response payload.
 
     The response is ``OK`` unless the client asked for ``feature_negotiation``,
