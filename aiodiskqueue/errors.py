@@ -45,7 +45,8 @@ class MessageSizeError(DiskQueueError, ValueError):
 
 
 class QueueFull(DiskQueueError, asyncio.QueueFull):
-    """``put_nowait()`` would have to wait: the queue is at ``maxsize`` or its write buffer is full."""
+    """``put_nowait()`` would have to wait: the queue is at ``maxsize`` or its write
+    buffer is full."""
 
 
 class QueueEmpty(DiskQueueError, asyncio.QueueEmpty):

@@ -259,7 +259,8 @@ import json, sys, time
 import nsq
 import tornado.ioloop
 
-mode, port, topic, n, size, arg = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+mode, port, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+n, size, arg = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 loop = tornado.ioloop.IOLoop.current()
 body = b"x" * size
 state = {"sent": 0, "done": 0, "errors": 0, "t0": 0.0}
@@ -421,7 +422,8 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                  ansq_consumer),
             ]
             for i, (name, pub, con) in enumerate(variants):
-                secs, cpu = await run_broker(broker, f"bench{i}", n, size, pubs, cons, rdy, pub, con)
+                secs, cpu = await run_broker(broker, f"bench{i}", n, size, pubs, cons, rdy,
+                                             pub, con)
                 add(name, n, secs, cpu)
         await cpu_rows(args, broker, add)
     finally:
@@ -431,7 +433,8 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; prints a table (or JSON with ``--json``)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=20_000)
     p.add_argument("--cpu-messages", type=int, default=50_000,
                    help="messages per pynsq CPU phase (default 50,000)")

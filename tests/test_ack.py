@@ -98,7 +98,7 @@ async def test_fifo_for_messages_never_requeued(make_ack: MakeAck) -> None:
 
 async def test_ids_are_unique_hex(make_ack: MakeAck) -> None:
     q = await make_ack(max_in_flight=500)
-    for i in range(300):
+    for _ in range(300):
         await q.put(b"x")
     ids = [(await get(q)).id for _ in range(300)]
     assert len(set(ids)) == 300
@@ -845,7 +845,9 @@ async def test_log_write_error_is_reported_and_retried(make_ack: MakeAck,
             raise failures.pop()
         return real_run(self, job)
 
-    q._pump._store.run = flaky_run.__get__(q._pump._store)  # type: ignore[method-assign]
+    store = q._pump._store
+    assert store is not None
+    store.run = flaky_run.__get__(store)  # type: ignore[method-assign]
     with pytest.raises(DiskQueueError, match="No space left on device") as info:
         await q.put(b"later", delay=1.0)
     assert isinstance(info.value.__cause__, OSError)

@@ -54,7 +54,7 @@ async def test_unfinished_messages_go_behind_the_unread_ones_with_attempts(tmp_p
     assert {m[2]: (m[1], m[3]) for m in after[2:]} == logged
     # Nothing left in the log: the queue itself now delivers each once.
     async with AckQueue(tmp_path, "t:c", format="nsq", max_bytes_per_file=200) as q:
-        got = []
+        got: list[tuple[bytes, int]] = []
         while len(got) < 4:
             m = await asyncio.wait_for(q.get(), WAIT)
             got.append((m.body, m.attempts))

@@ -74,9 +74,12 @@ async def test_ack_queues_x_and_x_dead_side_by_side(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("other", ["x.ack", "x.ack.000001", "x.ack.000001.log", "x.dead-letters"])
 async def test_no_file_shared_with_a_neighbour(tmp_path: Path, other: str) -> None:
-    opts = {"max_attempts": 1, "log_segment_bytes": 4096, "max_bytes_per_file": 256}
+    def open_queue(name: str) -> AckQueue:
+        return AckQueue(tmp_path, name, max_attempts=1, log_segment_bytes=4096,
+                        max_bytes_per_file=256)
+
     for name in ("x", other):
-        async with AckQueue(tmp_path, name, **opts) as q:
+        async with open_queue(name) as q:
             await _dead_letter(q, name.encode() + b" dead")
             for i in range(20):
                 await q.put(b"%s %d" % (name.encode(), i))
@@ -86,7 +89,7 @@ async def test_no_file_shared_with_a_neighbour(tmp_path: Path, other: str) -> No
     remove_ack_queue_files(str(tmp_path), "x")
     assert ack_queue_files(str(tmp_path), "x") == []
     assert set(ack_queue_files(str(tmp_path), other)) == theirs
-    async with AckQueue(tmp_path, other, **opts) as q:
+    async with open_queue(other) as q:
         assert (await asyncio.wait_for(q.get(), WAIT)).body == other.encode() + b" 0"
         assert await _drain(q.dead_letters) == [other.encode() + b" dead"]
 

@@ -67,7 +67,7 @@ async def test_random_operations_and_crash_copies(tmp_path: Path, seed: int) -> 
     copies: list[tuple[Path, set[int], dict[int, int], int]] = []
     n = 0
     try:
-        for step in range(600):
+        for _step in range(600):
             op = rng.random()
             if op < 0.3:
                 delay = rng.choice([0.0, 0.0, rng.uniform(0.5, 60.0)])

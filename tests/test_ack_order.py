@@ -138,7 +138,7 @@ async def test_order_after_read_ahead(make_ack: MakeAck) -> None:
         m = await get(q)
         out.append(m.body)
         await m.finish()
-    assert out == bodies[1:] + [bodies[0]]
+    assert out == [*bodies[1:], bodies[0]]
 
 
 async def test_requeued_message_waits_while_taking_is_paused_for_a_commit(

@@ -62,7 +62,7 @@ def test_json_has_meta_and_typed_rows(
     rows = data["rows"]
     assert rows
     for r in rows:
-        assert ROW_KEYS <= r.keys(), r
+        assert r.keys() >= ROW_KEYS, r
         assert isinstance(r["size"], int) and isinstance(r["producers"], int)
         assert r["rate_min"] <= r["rate_median"] <= r["rate_max"], r
         assert isinstance(r["guarantee"], str) and r["guarantee"]

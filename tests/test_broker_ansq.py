@@ -51,7 +51,9 @@ async def _next(c: NSQConnection) -> NSQMessage:
     return msg
 
 
-async def test_identify_negotiates_features(broker: BrokerServer, conns: list[NSQConnection]) -> None:
+async def test_identify_negotiates_features(
+    broker: BrokerServer, conns: list[NSQConnection]
+) -> None:
     c = await _open(broker, conns, msg_timeout=5000)
     assert c.is_connected
     assert _ok(await c.sub("identify", "ch"))
@@ -116,7 +118,9 @@ async def test_dpub(broker: BrokerServer, conns: list[NSQConnection]) -> None:
     assert (first.body, second.body) == (b"now", b"later")
 
 
-async def test_consumer_disconnect_mid_flight(broker: BrokerServer, conns: list[NSQConnection]) -> None:
+async def test_consumer_disconnect_mid_flight(
+    broker: BrokerServer, conns: list[NSQConnection]
+) -> None:
     w = await _open(broker, conns)
     r1 = await _open(broker, conns)
     await r1.subscribe("jobs", "workers", 5)
@@ -134,7 +138,9 @@ async def test_consumer_disconnect_mid_flight(broker: BrokerServer, conns: list[
         await m.fin()
 
 
-async def test_two_channels_progress_independently(broker: BrokerServer, conns: list[NSQConnection]) -> None:
+async def test_two_channels_progress_independently(
+    broker: BrokerServer, conns: list[NSQConnection]
+) -> None:
     w = await _open(broker, conns)
     fast = await _open(broker, conns)
     slow = await _open(broker, conns)

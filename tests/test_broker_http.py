@@ -125,7 +125,8 @@ async def test_stats_json_shape(
     assert ch["channel_name"] == "ch"
     assert ch["in_flight_count"] == 1
     [client] = ch["clients"]
-    assert (client["client_id"], client["in_flight_count"], client["ready_count"]) == ("statsclient", 1, 1)
+    assert (client["client_id"], client["in_flight_count"], client["ready_count"]) == (
+        "statsclient", 1, 1)
     c.send(b"FIN " + m.msg_id)
     code, text, _ = await _req(http, "GET", "/stats")
     assert code == 200 and "[st" in text
@@ -229,7 +230,8 @@ async def test_channel_delete_removes_its_files_only(
     after = _files(broker)
     assert not any(f.startswith(("del:a.diskqueue.", "del:a.ack.")) for f in after)
     assert {f for f in before if f.startswith("del:a.b.")} <= after  # the other channel is intact
-    assert [ch["channel_name"] for ch in broker.broker.stats("del")["topics"][0]["channels"]] == ["a.b"]
+    channels = broker.broker.stats("del")["topics"][0]["channels"]
+    assert [ch["channel_name"] for ch in channels] == ["a.b"]
     assert channel_stats(broker, "del", "a.b")["depth"] == 2
     assert (await _req(http, "POST", "/channel/delete?topic=del&channel=a"))[0] == 404
 
@@ -245,7 +247,8 @@ async def test_topic_delete_removes_everything(
     assert "gone" not in broker.broker.topics
     assert not any(f.startswith(("gone.", "gone:")) for f in _files(broker))
     assert any(f.startswith("gone2.") for f in _files(broker))
-    assert (await _req(http, "POST", "/topic/delete?topic=gone"))[:2] == (404, '{"message": "TOPIC_NOT_FOUND"}')
+    assert (await _req(http, "POST", "/topic/delete?topic=gone"))[:2] == (
+        404, '{"message": "TOPIC_NOT_FOUND"}')
 
 
 async def test_channel_empty_drops_in_flight_ready_and_deferred(
@@ -256,7 +259,8 @@ async def test_channel_empty_drops_in_flight_ready_and_deferred(
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("emp2", "ch", rdy=2)
     p = await connect(broker.tcp_port, raw_clients)
-    p.send(b"MPUB emp2", struct.pack(">i", 3) + b"".join(struct.pack(">i", 1) + x for x in (b"1", b"2", b"3")))
+    p.send(b"MPUB emp2", struct.pack(">i", 3)
+           + b"".join(struct.pack(">i", 1) + x for x in (b"1", b"2", b"3")))
     await p.expect_ok()
     p.send(b"DPUB emp2 3600000", b"deferred")
     await p.expect_ok()

@@ -67,8 +67,11 @@ async def _barrier(c: RawClient) -> None:
             return
 
 
-async def _drain(port: int, clients: list[RawClient], topic: str, want: set[bytes]) -> list[bytes]:
-    """Consume from ``topic``/``c`` until every body of ``want`` was seen; FIN all; return all seen."""
+async def _drain(
+    port: int, clients: list[RawClient], topic: str, want: set[bytes]
+) -> list[bytes]:
+    """Consume from ``topic``/``c`` until every body of ``want`` was seen; FIN all;
+    return all seen."""
     c = await _client(port, clients)
     await c.sub(topic, "c", rdy=100)
     seen: list[bytes] = []
@@ -86,7 +89,8 @@ async def _drain(port: int, clients: list[RawClient], topic: str, want: set[byte
 
 @pytest.mark.parametrize("sync_every", ["2500", "1"], ids=["default-sync", "sync-every-1"])
 async def test_kill_keeps_queued_in_flight_deferred_and_topic_messages(
-    tmp_path: Path, procs: list[subprocess.Popen[str]], raw_clients: list[RawClient], sync_every: str
+    tmp_path: Path, procs: list[subprocess.Popen[str]], raw_clients: list[RawClient],
+    sync_every: str,
 ) -> None:
     data = tmp_path / "data"
     tcp, _ = _start(data, procs, "--sync-every", sync_every)

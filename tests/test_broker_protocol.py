@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -137,7 +138,8 @@ def test_parse_mpub_errors(body: bytes, code: str, text: str) -> None:
 
 
 def test_identify_without_negotiation_answers_ok() -> None:
-    cfg, resp = negotiate(b'{"client_id": "c1", "hostname": "h", "heartbeat_interval": 5000}', Limits())
+    cfg, resp = negotiate(b'{"client_id": "c1", "hostname": "h", "heartbeat_interval": 5000}',
+                          Limits())
     assert resp == b"OK"
     assert (cfg.client_id, cfg.hostname, cfg.heartbeat_interval_ms) == ("c1", "h", 5000)
     assert cfg.msg_timeout_ms == 60_000
@@ -200,7 +202,7 @@ def test_identify_errors(body: bytes, text: str) -> None:
     ids=["zero-timeout", "timeout-over-max", "negative-attempts", "zero-rdy"],
 )
 def test_options_validation(kwargs: dict[str, float], message: str) -> None:
-    with pytest.raises(ValueError) as ei:
+    with pytest.raises(ValueError, match=re.escape(message)) as ei:
         BrokerOptions(**kwargs)  # type: ignore[arg-type]
     assert str(ei.value) == message
 
@@ -215,7 +217,9 @@ def test_identify_msg_timeout_not_honoured_reports_server_value() -> None:
         negotiate(b'{"msg_timeout": 10}', limits, client_msg_timeout=False)
 
 
-def test_command_line_rejects_a_bad_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_line_rejects_a_bad_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from aiodiskqueue.broker.__main__ import main
 
     assert main(["--data-dir", str(tmp_path), "--msg-timeout", "0"]) == 2

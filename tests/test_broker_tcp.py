@@ -29,7 +29,9 @@ from aiodiskqueue.broker import BrokerServer
 __all__ = ["broker", "make_broker", "raw_clients"]  # fixtures used by the tests below
 
 
-async def test_identify_feature_negotiation(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+async def test_identify_feature_negotiation(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
     c = await connect(broker.tcp_port, raw_clients)
     f = await c.identify(feature_negotiation=True, msg_timeout=5000, heartbeat_interval=2000,
                          client_id="t1", hostname="h1", user_agent="raw/1")
@@ -42,7 +44,9 @@ async def test_identify_feature_negotiation(broker: BrokerServer, raw_clients: l
     assert data["tls_v1"] is False and data["snappy"] is False and data["deflate"] is False
 
 
-async def test_identify_without_negotiation_is_ok(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+async def test_identify_without_negotiation_is_ok(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
     c = await connect(broker.tcp_port, raw_clients)
     f = await c.identify(client_id="plain")
     assert (f.is_response, f.data) == (True, b"OK")
@@ -85,7 +89,8 @@ async def test_fan_out_to_every_channel(broker: BrokerServer, raw_clients: list[
     b = await connect(broker.tcp_port, raw_clients)
     await b.sub("fan", "b", rdy=10)
     p = await connect(broker.tcp_port, raw_clients)
-    p.send(b"MPUB fan", struct.pack(">i", 3) + b"".join(struct.pack(">i", 1) + x for x in (b"x", b"y", b"z")))
+    p.send(b"MPUB fan", struct.pack(">i", 3)
+           + b"".join(struct.pack(">i", 1) + x for x in (b"x", b"y", b"z")))
     await p.expect_ok()
     for c in (a, b):
         assert sorted([(await c.read()).body for _ in range(3)]) == [b"x", b"y", b"z"]
@@ -103,13 +108,16 @@ async def test_rdy_bounds_in_flight(broker: BrokerServer, raw_clients: list[RawC
     c.send(b"NOP")
     await p.pub("rdy", b"probe")
     stats = channel_stats(broker, "rdy", "ch")
-    assert (stats["clients"][0]["in_flight_count"], stats["in_flight_count"], stats["depth"]) == (2, 2, 2)
+    assert (stats["clients"][0]["in_flight_count"], stats["in_flight_count"],
+            stats["depth"]) == (2, 2, 2)
     c.send(b"FIN " + m1.msg_id)
     m3 = await c.read()
     assert m3.is_message and m3.body in (b"2", b"probe")
 
 
-async def test_req_redelivers_with_more_attempts(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+async def test_req_redelivers_with_more_attempts(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
     p = await connect(broker.tcp_port, raw_clients)
     await p.pub("req", b"again")
     c = await connect(broker.tcp_port, raw_clients)
@@ -121,7 +129,9 @@ async def test_req_redelivers_with_more_attempts(broker: BrokerServer, raw_clien
     c.send(b"FIN " + m2.msg_id)
 
 
-async def test_touch_keeps_message_in_flight(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+async def test_touch_keeps_message_in_flight(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
     p = await connect(broker.tcp_port, raw_clients)
     await p.pub("touch", b"slow")
     c = await connect(broker.tcp_port, raw_clients, msg_timeout=1000)
@@ -135,7 +145,9 @@ async def test_touch_keeps_message_in_flight(broker: BrokerServer, raw_clients: 
     assert m2.is_message and m2.body == b"next"
 
 
-async def test_disconnect_mid_flight_redelivers(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+async def test_disconnect_mid_flight_redelivers(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
     p = await connect(broker.tcp_port, raw_clients)
     await p.pub("drop", b"important")
     c1 = await connect(broker.tcp_port, raw_clients)
@@ -150,7 +162,9 @@ async def test_disconnect_mid_flight_redelivers(broker: BrokerServer, raw_client
     assert m2.attempts == 2
 
 
-async def test_message_timeout_redelivers(make_broker: MakeBroker, raw_clients: list[RawClient]) -> None:
+async def test_message_timeout_redelivers(
+    make_broker: MakeBroker, raw_clients: list[RawClient]
+) -> None:
     broker = await make_broker(msg_timeout=1.0)
     p = await connect(broker.tcp_port, raw_clients)
     await p.pub("slow", b"late")
@@ -202,7 +216,9 @@ async def test_identify_msg_timeout_applies_to_that_client(
                      "the second delivery finished")
 
 
-async def test_dpub_is_delivered_after_delay(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+async def test_dpub_is_delivered_after_delay(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("later", "ch")
     p = await connect(broker.tcp_port, raw_clients)
@@ -237,12 +253,14 @@ FATAL_CASES = [
     (b"PUB bad/topic\n", b'E_BAD_TOPIC PUB topic name "bad/topic" is not valid'),
     (b"PUB " + b"t" * 65 + b"\n", b"E_BAD_TOPIC PUB topic name"),
     (b"PUB\n", b"E_INVALID PUB insufficient number of parameters"),
-    (b"PUB big\n" + struct.pack(">i", 1025) + b"x" * 1025, b"E_BAD_MESSAGE PUB message too big 1025 > 1024"),
+    (b"PUB big\n" + struct.pack(">i", 1025) + b"x" * 1025,
+     b"E_BAD_MESSAGE PUB message too big 1025 > 1024"),
     (b"PUB empty\n" + struct.pack(">i", 0), b"E_BAD_MESSAGE PUB invalid message body size 0"),
     (b"PUB neg\n" + struct.pack(">i", -5), b"E_BAD_MESSAGE PUB invalid message body size -5"),
     (b"MPUB t\n" + struct.pack(">i", 5000), b"E_BAD_BODY MPUB body too big 5000 > 4096"),
     (b"MPUB t\n" + struct.pack(">ii", 4, 0), b"E_BAD_BODY MPUB invalid message count 0"),
-    (b"MPUB t\n" + struct.pack(">iii", 8, 1, 2000), b"E_BAD_MESSAGE MPUB message too big 2000 > 1024"),
+    (b"MPUB t\n" + struct.pack(">iii", 8, 1, 2000),
+     b"E_BAD_MESSAGE MPUB message too big 2000 > 1024"),
     (b"DPUB t 99999999999\n", b"E_INVALID DPUB timeout 99999999999 out of range 0-3600000"),
     (b"DPUB t soon\n", b'E_INVALID DPUB could not parse timeout "soon"'),
     (b"SUB t bad:channel\n", b'E_BAD_CHANNEL SUB channel name "bad:channel" is not valid'),
@@ -250,7 +268,8 @@ FATAL_CASES = [
     (b"RDY 5\n", b"E_INVALID cannot RDY in current state"),
     (b"FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),
     (b"CLS\n", b"E_INVALID cannot CLS in current state"),
-    (b"IDENTIFY\n" + struct.pack(">i", 8) + b"not json", b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    (b"IDENTIFY\n" + struct.pack(">i", 8) + b"not json",
+     b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
     (b"IDENTIFY\n" + struct.pack(">i", 999_999), b"E_BAD_BODY IDENTIFY body too big 999999 > 4096"),
     (b"AUTH\n" + struct.pack(">i", 3) + b"abc", b"E_AUTH_DISABLED AUTH Disabled"),
     (b"X" * 70_000 + b"\n", b"E_INVALID command line too long"),
@@ -282,7 +301,8 @@ async def test_fatal_errors_close_only_that_connection(
     await keeper.pub("kept", b"stored after")
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("kept", "ch", rdy=2)
-    assert sorted([(await c.read()).body for _ in range(2)]) == [b"stored after", b"stored before the bad client"]
+    assert sorted([(await c.read()).body for _ in range(2)]) == [
+        b"stored after", b"stored before the bad client"]
 
 
 async def test_bad_magic_is_refused(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
@@ -306,7 +326,8 @@ async def test_settle_unknown_id_is_not_fatal(
     line = cmd + b" ffffffffffffffff" + (b" 0" if cmd == b"REQ" else b"")
     c.send(line)
     f = await c.read()
-    assert f.is_error and f.data.startswith(code + b" " + cmd + b' "ffffffffffffffff" failed'), f.data
+    assert f.is_error and f.data.startswith(
+        code + b" " + cmd + b' "ffffffffffffffff" failed'), f.data
     # Still connected and subscribed: a published message arrives.
     p = await connect(broker.tcp_port, raw_clients)
     await p.pub("settle", b"still here")
@@ -322,7 +343,9 @@ async def test_bad_message_id_is_fatal(broker: BrokerServer, raw_clients: list[R
     assert await c.closed_by_server()
 
 
-async def test_rdy_out_of_range_is_fatal(broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+async def test_rdy_out_of_range_is_fatal(
+    broker: BrokerServer, raw_clients: list[RawClient]
+) -> None:
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("rdyr", "ch", rdy=0)
     c.send(b"RDY 2501")
@@ -379,7 +402,8 @@ async def test_ephemeral_channel_goes_with_its_last_client(
     await c.close()
     await eventually(lambda: "tmp#ephemeral" not in broker.broker.topics["eph"].channels)
     # Its files go right after (closing the queue comes first).
-    await eventually(lambda: not [f for f in os.listdir(broker.broker.data_dir) if "#ephemeral" in f])
+    await eventually(
+        lambda: not [f for f in os.listdir(broker.broker.data_dir) if "#ephemeral" in f])
     assert "eph" in broker.broker.topics  # a durable topic stays
 
 
@@ -392,7 +416,8 @@ async def test_ephemeral_topic_goes_with_its_last_channel(
     await eventually(lambda: "t#ephemeral" not in broker.broker.topics)
 
 
-@pytest.mark.parametrize(("rate", "delivered"), [(40, False), (60, True)], ids=["sampled-out", "sampled-in"])
+@pytest.mark.parametrize(("rate", "delivered"), [(40, False), (60, True)],
+                         ids=["sampled-out", "sampled-in"])
 async def test_sample_rate(
     broker: BrokerServer, raw_clients: list[RawClient], monkeypatch: pytest.MonkeyPatch,
     rate: int, delivered: bool
@@ -461,9 +486,11 @@ async def test_serves_a_channel_queue_in_nsqd_layout(
     data = tmp_path / "data"
     async with DiskQueue(data, "legacy:ch") as q:
         for i in range(3):
-            await q.put(struct.pack(">qH", 1_600_000_000_000_000_000 + i, 3) + b"%016x" % i + b"old %d" % i)
+            await q.put(struct.pack(">qH", 1_600_000_000_000_000_000 + i, 3)
+                        + b"%016x" % i + b"old %d" % i)
     (data / "broker.meta.json").write_text(json.dumps(
-        {"topics": [{"name": "legacy", "paused": False, "channels": [{"name": "ch", "paused": False}]}]}))
+        {"topics": [{"name": "legacy", "paused": False,
+                     "channels": [{"name": "ch", "paused": False}]}]}))
     broker = await make_broker()
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("legacy", "ch", rdy=3)
@@ -490,7 +517,7 @@ async def test_pipelined_publishes_keep_order_and_replies_stay_in_order(
     assert await p.closed_by_server()
     c.send(b"RDY 1000")
     got = [(await c.read()).body for _ in range(n + 2)]
-    assert got == bodies + [b"m00", b"m01"]  # stored in the order sent
+    assert got == [*bodies, b"m00", b"m01"]  # stored in the order sent
 
 
 async def test_large_topic_backlog_moves_to_a_new_channel_in_order(

@@ -1,4 +1,5 @@
-"""examples/web_ingest.py: 202 only after the put returned, the worker drains, the load run stops."""
+"""examples/web_ingest.py: 202 only after the put returned, the worker drains, the
+load run stops."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_ls_json_lists_every_fixture_queue(gofx: Path, tmp_path: Path) -> None:
     assert code == 0
     assert [r["name"] for r in rows] == sorted(EXPECTED_LS)
     for r in rows:
-        assert LS_FIELDS <= set(r)
+        assert set(r) >= LS_FIELDS
         depth, segments, read, write = EXPECTED_LS[r["name"]]
         assert r["depth"] == depth
         assert r["segments"] == segments

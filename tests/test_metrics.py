@@ -87,7 +87,7 @@ async def test_exposition_types_match_the_documented_names(queue: DiskQueue) -> 
     # prometheus_client versions differ on whether TYPE names a counter with "_total".
     types = {n.removesuffix("_total"): t
              for n, t in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE)}
-    expected = {n: "gauge" for n in GAUGES}
+    expected = dict.fromkeys(GAUGES, "gauge")
     expected.update({n.removesuffix("_total"): "counter" for n in COUNTERS})
     assert types == expected  # no delivery families without an AckQueue
     doc = metrics_module.__doc__ or ""

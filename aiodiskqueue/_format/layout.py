@@ -17,7 +17,8 @@ def fsync_dir(path: str) -> None:
 
 
 def free_bad_name(path: str) -> str:
-    """``path + ".bad"``, or ``.bad.1``, ``.bad.2``, ... if taken: never overwrites a ``.bad`` file."""
+    """``path + ".bad"``, or ``.bad.1``, ``.bad.2``, ... if taken: never overwrites a
+    ``.bad`` file."""
     dst = path + ".bad"
     i = 1
     while os.path.exists(dst):
@@ -95,7 +96,8 @@ class Layout:
         return free_bad_name(self.segment_path(num))
 
     def quarantine(self, num: int) -> str:
-        """Rename segment ``num`` to ``.bad`` (never overwriting an older one); return the new path."""
+        """Rename segment ``num`` to ``.bad`` (never overwriting an older one); return the
+        new path."""
         dst = self.free_bad_path(num)
         os.rename(self.segment_path(num), dst)
         return dst
@@ -128,7 +130,8 @@ sibling ``NAME.dead``, which is also a valid name of an unrelated queue).
 
 
 def dead_letter_layout(directory: str, name: str) -> Layout:
-    """Where the dead-letter queue of AckQueue ``name`` lives: queue ``name`` in ``NAME.dead-letters/``."""
+    """Where the dead-letter queue of AckQueue ``name`` lives: queue ``name`` in
+    ``NAME.dead-letters/``."""
     return Layout(os.path.join(directory, name + DEAD_LETTER_DIR_SUFFIX), name)
 
 
@@ -157,7 +160,8 @@ def ack_log_files(directory: str, name: str) -> dict[int, str]:
 
 
 def queue_files(lay: Layout) -> list[str]:
-    """Every existing file of the DiskQueue at ``lay``: segments, ``.bad`` ones, meta, temps, lock."""
+    """Every existing file of the DiskQueue at ``lay``: segments, ``.bad`` ones, meta,
+    temps, lock."""
     out = [*lay.segments().values(), *lay.bad_files(), *lay.meta_temp_files(),
            lay.meta_path, lay.lock_path]
     return sorted(p for p in out if os.path.exists(p))

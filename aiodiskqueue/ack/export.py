@@ -21,7 +21,8 @@ from .queue import AckQueue
 
 
 async def _move_logged(q: AckQueue) -> int:
-    """Right after recovery (nothing in flight, nothing taken yet): log entries to the data queue."""
+    """Right after recovery (nothing in flight, nothing taken yet): log entries to the
+    data queue."""
     entries = sorted(q._journal.entries.values(), key=lambda e: e.key)
     q._inflight.clear_deferred()
     q._need_load.clear()

@@ -302,7 +302,7 @@ class AckLog:
                 locs.append((self.active, self.size + len(buf), len(fr)))
                 buf += fr
                 kind = p[0]
-                if kind == KIND_ENTRY or kind == KIND_DONE:
+                if kind in (KIND_ENTRY, KIND_DONE):
                     key, seq = SEQ.unpack_from(p, 1)
                     self._track(key, seq)
                 elif kind == KIND_HEAD:

@@ -54,8 +54,9 @@ class AckQueue(Dispatch):
     ``max_msg_timeout`` (>= msg_timeout, cap for ``touch``), ``max_delay``
     (bound for put and requeue delays), ``max_in_flight`` (>= 1),
     ``max_attempts`` (0 = unlimited, else deliveries before dead-lettering to
-    the queue ``NAME`` in the subdirectory ``NAME.dead-letters``), ``format`` (``"raw"``: the payload is the body; ``"nsq"``:
-    nsqd's message layout), ``clock`` (for tests), ``log_segment_bytes``, and
+    the queue ``NAME`` in the subdirectory ``NAME.dead-letters``), ``format``
+    (``"raw"``: the payload is the body; ``"nsq"``: nsqd's message layout),
+    ``clock`` (for tests), ``log_segment_bytes``, and
     every :class:`~aiodiskqueue.DiskQueue` option, with the same defaults, for
     the data queue (``sync_every`` and ``sync_interval`` set when commits happen;
     the dead-letter queue uses them as they are).
@@ -408,7 +409,8 @@ class AckQueue(Dispatch):
 
     @property
     def dead_letters(self) -> DiskQueue:
-        """The dead-letter queue (``NAME`` in ``NAME.dead-letters/``), open while this queue is open.
+        """The dead-letter queue (``NAME`` in ``NAME.dead-letters/``), open while this
+        queue is open.
 
         Raises DiskQueueError if ``max_attempts`` is 0 (there is none).
         """

@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-req-timeout", type=float, default=3600.0,
                    help="longest REQ/DPUB delay, s")
     p.add_argument("--broadcast-address", default="",
-                   help="address registered with lookupd and shown in /info (default: the hostname)")
+                   help="address registered with lookupd and shown in /info "
+                        "(default: the hostname)")
     p.add_argument("--lookupd-tcp-address", action="append", default=[],
                    help="nsqlookupd TCP address host:port to register with (repeatable)")
     p.add_argument("--uvloop", action="store_true", help="run on uvloop (the uvloop extra)")
@@ -81,7 +82,8 @@ async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
 
 
 def export_main(argv: list[str]) -> int:
-    """``export-for-nsqd DIR``: hand a stopped broker's directory to nsqd; returns the exit status."""
+    """``export-for-nsqd DIR``: hand a stopped broker's directory to nsqd; returns the
+    exit status."""
     p = argparse.ArgumentParser(
         prog="python -m aiodiskqueue.broker export-for-nsqd",
         description="Move every in-flight, requeued and deferred message of a stopped "

@@ -91,7 +91,8 @@ class Store(Protocol):
         ...
 
     def get_nowait(self, msg_timeout: float | None = None) -> Delivery | None:
-        """The next due message if one is ready in memory, else None (``msg_timeout`` as for get)."""
+        """The next due message if one is ready in memory, else None (``msg_timeout`` as
+        for get)."""
         ...
 
     async def empty(self) -> None:
@@ -245,5 +246,5 @@ async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerO
     return AckStore(q)
 
 
-__all__ = ["PER_DELIVERY_TIMEOUT", "AckStore", "Delivery", "Store", "StoreError", "StoreStats", "open_store",
-           "remove_store", "store_files"]
+__all__ = ["PER_DELIVERY_TIMEOUT", "AckStore", "Delivery", "Store", "StoreError", "StoreStats",
+           "open_store", "remove_store", "store_files"]

@@ -34,7 +34,9 @@ class Broker:
     was queued, deferred or in flight.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str], options: BrokerOptions | None = None) -> None:
+    def __init__(
+        self, data_dir: str | os.PathLike[str], options: BrokerOptions | None = None
+    ) -> None:
         self.data_dir = os.fspath(data_dir)
         self.options = options or BrokerOptions()
         self.topics: dict[str, Topic] = {}
@@ -239,7 +241,8 @@ class Broker:
 
     @property
     def broadcast_address(self) -> str:
-        """The address clients are told to connect to (``--broadcast-address``, default the hostname)."""
+        """The address clients are told to connect to (``--broadcast-address``, default
+        the hostname)."""
         return self.options.broadcast_address or socket.gethostname()
 
     def info(self) -> dict[str, Any]:

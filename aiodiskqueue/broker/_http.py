@@ -72,7 +72,8 @@ class HTTPApi:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        app = web.Application(middlewares=[_errors], client_max_size=broker.options.max_body_size + 1)
+        app = web.Application(middlewares=[_errors],
+                              client_max_size=broker.options.max_body_size + 1)
         r = app.router
         r.add_get("/ping", self.ping)
         r.add_get("/info", self.info)
@@ -238,7 +239,8 @@ class HTTPApi:
         return _text("")
 
     async def topic_empty(self, request: web.Request) -> web.Response:
-        """``POST /topic/empty?topic=T``: drop what waits in the topic, ready or deferred (not its channels)."""
+        """``POST /topic/empty?topic=T``: drop what waits in the topic, ready or deferred
+        (not its channels)."""
         topic = self.broker.topics.get(self._topic_name(request))
         if topic is None:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
@@ -265,14 +267,16 @@ class HTTPApi:
         return _text("")
 
     async def channel_delete(self, request: web.Request) -> web.Response:
-        """``POST /channel/delete?topic=T&channel=C``: its clients are disconnected, its messages dropped."""
+        """``POST /channel/delete?topic=T&channel=C``: its clients are disconnected, its
+        messages dropped."""
         topic, cname = self._existing(request)
         if not await self.broker.delete_channel(topic, cname):
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return _text("")
 
     async def channel_empty(self, request: web.Request) -> web.Response:
-        """``POST /channel/empty?topic=T&channel=C``: drop its in-flight, ready and deferred messages."""
+        """``POST /channel/empty?topic=T&channel=C``: drop its in-flight, ready and
+        deferred messages."""
         ch = self._existing_channel(request)
         await ch.empty()
         return _text("")
@@ -296,7 +300,8 @@ def _format_text(data: dict[str, Any]) -> str:
         )
         for c in t["channels"]:
             lines.append(
-                f"    [{c['channel_name']:<25}] depth: {c['depth']:<5} inflt: {c['in_flight_count']:<4} "
+                f"    [{c['channel_name']:<25}] depth: {c['depth']:<5} "
+                f"inflt: {c['in_flight_count']:<4} "
                 f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
                 f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8}"
             )

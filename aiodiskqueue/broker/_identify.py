@@ -245,7 +245,9 @@ def _invalid(what: str, value: int) -> ClientError:
     return ClientError("E_BAD_BODY", f"IDENTIFY {what} ({value}) is invalid")
 
 
-def negotiate(body: bytes, limits: Limits, *, client_msg_timeout: bool = True) -> tuple[ClientConfig, bytes]:
+def negotiate(
+    body: bytes, limits: Limits, *, client_msg_timeout: bool = True
+) -> tuple[ClientConfig, bytes]:
     """Apply an IDENTIFY body; return the client's config and the response payload.
 
     The response is ``OK`` unless the client asked for ``feature_negotiation``,

@@ -141,19 +141,23 @@ def parse_mpub(
     end = len(body)
     for i in range(count):
         if off + 4 > end:
-            raise ClientError("E_BAD_MESSAGE", f"{code_prefix} failed to read message({i}) body size")
+            raise ClientError("E_BAD_MESSAGE",
+                              f"{code_prefix} failed to read message({i}) body size")
         size = read_int32(body, off)
         off += 4
         if size <= 0:
-            raise ClientError("E_BAD_MESSAGE", f"{code_prefix} invalid message({i}) body size {size}")
+            raise ClientError("E_BAD_MESSAGE",
+                              f"{code_prefix} invalid message({i}) body size {size}")
         if size > max_msg_size:
-            raise ClientError("E_BAD_MESSAGE", f"{code_prefix} message too big {size} > {max_msg_size}")
+            raise ClientError("E_BAD_MESSAGE",
+                              f"{code_prefix} message too big {size} > {max_msg_size}")
         if off + size > end:
             raise ClientError("E_BAD_MESSAGE", f"{code_prefix} failed to read message body")
         out.append(body[off : off + size])
         off += size
     if off != end:
-        raise ClientError("E_BAD_BODY", f"{code_prefix} body has {end - off} bytes after {count} messages")
+        raise ClientError("E_BAD_BODY",
+                          f"{code_prefix} body has {end - off} bytes after {count} messages")
     return out
 
 

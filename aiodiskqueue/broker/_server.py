@@ -73,7 +73,9 @@ class Connection(ReplyWriter):
     requeued at once (nsqd waits for the message timeout instead).
     """
 
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         super().__init__(writer)
         self.broker = broker
         self.reader = reader
@@ -226,12 +228,15 @@ class Connection(ReplyWriter):
 
     # ------------------------------------------------------------------ body helpers
 
-    async def _read_body(self, what: str, code: str, limit: int, *, size_word: str = "body size") -> bytes:
+    async def _read_body(
+        self, what: str, code: str, limit: int, *, size_word: str = "body size"
+    ) -> bytes:
         n = read_int32(await self.reader.readexactly(4))
         if n <= 0:
             raise ClientError(code, f"{what} invalid {size_word} {n}")
         if n > limit:
-            raise ClientError(code, f"{what} {'message' if code == 'E_BAD_MESSAGE' else 'body'} too big {n} > {limit}")
+            kind = "message" if code == "E_BAD_MESSAGE" else "body"
+            raise ClientError(code, f"{what} {kind} too big {n} > {limit}")
         return await self.reader.readexactly(n)
 
     async def _topic_param(self, params: list[bytes], cmd: str, nparams: int) -> str:
@@ -331,7 +336,8 @@ class Connection(ReplyWriter):
         try:
             await d.finish()
         except DiskQueueError as exc:  # MessageNotInFlight, or the queue is closing
-            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}", fatal=False) from None
+            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}",
+                              fatal=False) from None
         self.finish_count += 1
         return None
 
@@ -353,7 +359,8 @@ class Connection(ReplyWriter):
         try:
             await d.requeue(ms / 1000)
         except DiskQueueError as exc:
-            raise ClientError("E_REQ_FAILED", f"REQ {_show(d.id)} failed {exc}", fatal=False) from None
+            raise ClientError("E_REQ_FAILED", f"REQ {_show(d.id)} failed {exc}",
+                              fatal=False) from None
         self.requeue_count += 1
         return None
 
@@ -364,7 +371,8 @@ class Connection(ReplyWriter):
         except DiskQueueError as exc:
             self.in_flight.pop(d.id, None)
             self.wake()
-            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_show(d.id)} failed {exc}", fatal=False) from None
+            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_show(d.id)} failed {exc}",
+                              fatal=False) from None
         return None
 
     async def _nop(self, params: list[bytes]) -> Reply:
