@@ -10,11 +10,9 @@ import struct
 import subprocess
 import sys
 import termios
-import textwrap
 import tomllib
 from pathlib import Path
 
-import pytest
 from conftest import REPO_ROOT as REPO
 from conftest import copy_queue
 

@@ -187,7 +187,7 @@ async def test_ack_and_byte_queues_share_one_collector(tmp_path: Path,
         text = generate_latest(reg).decode()
         types = {n.removesuffix("_total"): t
                  for n, t in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE)}
-        expected = {n: "gauge" for n in ALL_GAUGES}
+        expected = dict.fromkeys(ALL_GAUGES, "gauge")
         expected.update({n.removesuffix("_total"): "counter" for n in ALL_COUNTERS})
         assert types == expected
         assert text.count("aiodiskqueue_ack_in_flight{") == 1  # only the AckQueue

@@ -1,4 +1,5 @@
-"""``aiodiskqueue.sync``: the blocking facade used from many threads, alone and shared with tasks."""
+"""``aiodiskqueue.sync``: the blocking facade used from many threads, alone and shared
+with tasks."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import concurrent.futures
 import gc
 import queue as stdqueue
+import re
 import sys
 import threading
 import time
@@ -126,7 +128,7 @@ def test_get_timeout_raises_empty_of_both_kinds(sq: DiskQueue) -> None:
         sq.get(block=False)
     with pytest.raises(Empty):
         sq.get_nowait()
-    with pytest.raises(Empty, match="no message within 0.01 s"):
+    with pytest.raises(Empty, match=re.escape("no message within 0.01 s")):
         sq.get_many(5, timeout=0.01)
     sq.put(b"late")
     assert sq.get(timeout=10) == b"late"  # the timed-out gets took nothing
@@ -405,7 +407,7 @@ async def test_blocking_call_on_the_loop_thread_raises(tmp_path: Path) -> None:
 
 def test_attach_without_a_loop_raises(tmp_path: Path) -> None:
     aq = aiodiskqueue.DiskQueue(tmp_path, "nl")
-    with pytest.raises(DiskQueueError, match="attach\\(\\) needs the loop"):
+    with pytest.raises(DiskQueueError, match=re.escape("attach() needs the loop")):
         DiskQueue.attach(aq)
 
 
@@ -511,7 +513,7 @@ async def test_detaching_before_a_gathered_put_started_releases_its_thread(
         await asyncio.sleep(0)  # let the executor thread start
         end = time.monotonic() + 30
         while not sq._batch and time.monotonic() < end:  # the loop does not turn meanwhile
-            time.sleep(0.001)  # noqa: ASYNC251 - the loop must not turn here
+            time.sleep(0.001)
         assert sq._batch, "the put was not gathered"
         sq.close()  # on the loop thread: scheduled right after the drain of the put
         with pytest.raises(QueueClosed, match="closed during the call"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_put_get_finish_and_statistics(tmp_path: Path) -> None:
 
 def test_get_timeout_delivers_nothing(tmp_path: Path) -> None:
     with AckQueue(tmp_path, "t") as q:
-        with pytest.raises(Empty, match="no message within 0.01 s"):
+        with pytest.raises(Empty, match=re.escape("no message within 0.01 s")):
             q.get(timeout=0.01)
         with pytest.raises(Empty, match="no message ready"):
             q.get(block=False)
