@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 import aiodiskqueue.spark as dqspark
 from aiodiskqueue.spark import _nsq
-from aiodiskqueue.spark._files import committed_batch
+from aiodiskqueue.spark._staging import committed_batch
 
 
 @pytest.fixture(scope="session")

@@ -16,17 +16,15 @@ from aiodiskqueue import DiskQueue, DiskQueueError, QueueLocked
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
 from aiodiskqueue._format.meta import load_meta
-from aiodiskqueue.spark._files import (
+from aiodiskqueue.spark._consume import release
+from aiodiskqueue.spark._files import advance, spans_between, view_queue
+from aiodiskqueue.spark._staging import (
     STALE_SECONDS,
     StagedFile,
     StagedWriter,
-    advance,
     committed_batch,
     link,
-    release,
-    spans_between,
     sweep_staging,
-    view_queue,
 )
 
 pytestmark = pytest.mark.spark

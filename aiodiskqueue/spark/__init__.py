@@ -23,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "aiodiskqueue.spark needs pyspark and pyarrow: pip install 'asyncio-diskqueue[spark]'"
     ) from exc
 
-from ._files import QueueBusy
+from ._consume import QueueBusy
 from ._options import OptionError, SourceOptions, parse_options
 from ._reader import DiskQueueReader, schema_for
 from ._stream import DiskQueueStreamReader

@@ -50,16 +50,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .._format.layout import Layout
-from ._files import (
-    Pos,
-    QueueBusy,
-    QueueView,
-    advance,
-    release,
-    select_queues,
-    spans_between,
-    view_queue,
-)
+from ._consume import QueueBusy, release
+from ._files import Pos, QueueView, advance, select_queues, spans_between, view_queue
 from ._options import SourceOptions, is_glob
 from ._reader import QueuePartition, group_spans, read_partition
 

@@ -45,7 +45,8 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from .._format.layout import Layout
 from ..errors import MessageSizeError
 from . import _nsq
-from ._files import (
+from ._options import OptionError, SourceOptions, require_single_name
+from ._staging import (
     StagedFile,
     StagedWriter,
     end_mark,
@@ -56,7 +57,6 @@ from ._files import (
     staging_dir,
     sweep_staging,
 )
-from ._options import OptionError, SourceOptions, require_single_name
 
 
 @dataclass(frozen=True)
