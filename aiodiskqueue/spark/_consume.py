@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import time
 
-from .._format.layout import Layout
-from .._format.lock import QueueLock
+from .._format.layout import Layout, fsync_dir
+from .._format.lock import QueueLock, lock_holder
 from .._format.meta import Meta, load_meta, store_meta
 from .._format.scan import scan_segment
 from ..errors import DiskQueueError, QueueLocked
-from ._files import Pos
+from ._files import Pos, view_queue
 
 
 class QueueBusy(QueueLocked):
@@ -62,6 +62,8 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
         current = None
     if current is not None and end <= current.read:
         return False  # already released: no lock needed, so an open DiskQueue is no obstacle
+    if current is None and not layout.segments():
+        return False  # the queue is gone (removed when drained): nothing to release
     lock = lock_queue(layout, "consume", lock_wait)
     try:
         segs = layout.segments()
@@ -96,5 +98,49 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
             if num < end[0]:
                 os.remove(segs[num])
         return True
+    finally:
+        lock.release()
+
+
+def wait_unheld(layout: Layout, wait: float) -> int | None:
+    """Wait up to ``wait`` seconds for nobody to hold the queue's lock.
+
+    Returns None once it is free, else the pid of the holder still holding it.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        pid = lock_holder(layout.lock_path)
+        if pid is None or time.monotonic() >= deadline:
+            return pid
+        time.sleep(0.05)
+
+
+def remove_drained(layout: Layout, min_size: int, max_size: int) -> bool:
+    """Remove a queue that holds no unread record: its segments, meta and lock file.
+
+    Takes the queue's lock without waiting, and looks again under it: a queue
+    some process holds, or with records past its read position, is left alone.
+    Returns whether the queue was removed.
+    """
+    lock = QueueLock(layout.lock_path)
+    try:
+        lock.acquire()
+    except QueueLocked:
+        return False
+    try:
+        view = view_queue(layout, min_size, max_size, owned=True)
+        if not view.drained or view.missing:
+            return False
+        for path in view.layout.segments().values():
+            os.remove(path)
+        if view.meta is not None:
+            os.remove(layout.meta_path)
+        # The lock file goes last, while still held: a process that opens the queue now
+        # starts a new one, as on a fresh directory.
+        os.remove(layout.lock_path)
+        fsync_dir(layout.directory)
+        return True
+    except FileNotFoundError:
+        return False
     finally:
         lock.release()

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .._format.codec import HEADER
-from .._format.layout import Layout, queue_names
+from .._format.layout import Layout
 from .._format.lock import lock_holder
 from .._format.meta import Meta, load_meta
 from .._format.scan import BAD_LENGTH, Record, iter_spans, scan_segment
-from ..errors import CorruptionError, DiskQueueError
+from ..errors import DiskQueueError
+from ._errors import corrupt_length, repair_advice
+from ._listing import QueueFiles
 
 log = logging.getLogger("aiodiskqueue.spark")
 
@@ -55,7 +57,9 @@ class QueueView:
     holder stores only after an fsync, so everything below it is whole and
     stable. When nobody holds the lock, ``end`` also covers the tail that the
     core's recovery would find on open: whole records past the meta's write
-    position in the write segment and in later segments.
+    position in the write segment and in later segments. ``missing`` lists the
+    segments between the read and the write position that are not there: their
+    records are lost.
     """
 
     layout: Layout
@@ -67,6 +71,12 @@ class QueueView:
     tail_records: int = 0
     torn: tuple[int, int, int] | None = None  # (num, whole-record end, size) of a torn last file
     sizes: dict[int, int] = field(default_factory=dict)
+    missing: tuple[int, ...] = ()
+
+    @property
+    def drained(self) -> bool:
+        """Whether nothing is left to read from the read position."""
+        return self.read >= self.end
 
 
 def _size(path: str) -> int:
@@ -76,19 +86,26 @@ def _size(path: str) -> int:
         return -1
 
 
-def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = False) -> QueueView:
+def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = False,
+               files: QueueFiles | None = None) -> QueueView:
     """Describe the unread records of one queue.
 
     ``owned`` says the caller holds the queue's lock itself (so nobody else
-    writes). Raises DiskQueueError if the meta file cannot be parsed.
+    writes). ``files`` is what a directory listing found for this queue (the
+    directory is listed here when it is None). Raises DiskQueueError if the
+    meta file cannot be parsed.
     """
-    segs = layout.segments()
+    if files is None:
+        segs = layout.segments()
+        sizes = {n: _size(p) for n, p in segs.items()}
+    else:
+        segs, sizes = files.segments, dict(files.sizes)
     try:
         meta = load_meta(layout.meta_path)
     except ValueError as exc:
         raise DiskQueueError(
-            f"{layout.meta_path}: unreadable meta file ({exc}); open the queue once with "
-            "DiskQueue to rebuild it"
+            f"{layout.meta_path}: unreadable meta file ({exc}); repair it with "
+            f"'{repair_advice(layout.directory, layout.name)}'"
         ) from None
     holder = None if owned else lock_holder(layout.lock_path)
     if meta is not None:
@@ -97,9 +114,10 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
     else:
         read = (min(segs), 0) if segs else (0, 0)
         wf, wp = read
-    sizes = {n: _size(p) for n, p in segs.items()}
     spans: list[FileSpan] = []
     rf, rp = read
+    missing = tuple(n for n in range(rf, wf + 1)
+                    if n not in segs and (n < wf or wp > (rp if n == rf else 0)))
     for num in sorted(n for n in segs if rf <= n < wf):
         start = rp if num == rf else 0
         if sizes[num] > start:
@@ -109,16 +127,20 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
         start = rp if wf == rf else 0
         if wf in segs and wp > start:
             spans.append(FileSpan(wf, start, wp))
-        return QueueView(layout, meta, read, end, spans, holder, sizes=sizes)
+        return QueueView(layout, meta, read, end, spans, holder, sizes=sizes, missing=missing)
     tail = 0
     torn = None
     for num in sorted(n for n in segs if n >= wf):
         scan_from = wp if num == wf else 0
-        s = scan_segment(segs[num], num, scan_from, None, min_size, max_size)
+        try:
+            s = scan_segment(segs[num], num, scan_from, None, min_size, max_size)
+        except FileNotFoundError:
+            continue  # consumed since the listing
         tail += s.records
         start = rp if num == rf else 0
         if s.end > start:
             spans.append(FileSpan(num, start, s.end))
+        sizes[num] = s.size
         if s.end < s.size:
             torn = (num, s.end, s.size)
             if s.problem is not None:
@@ -126,41 +148,37 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
         end = (num, s.end)
     if torn is not None and torn[0] != end[0]:
         torn = None  # the core quarantines a damaged file that is not the last one
-    return QueueView(layout, meta, read, end, spans, None, tail, torn, sizes)
+    return QueueView(layout, meta, read, end, spans, None, tail, torn, sizes, missing)
 
 
-def select_queues(directory: str, accept: Callable[[str], bool]) -> list[str]:
-    """Queue names in ``directory`` accepted by ``accept``, sorted (none if it is missing)."""
-    if not os.path.isdir(directory):
-        return []
-    return [n for n in queue_names(directory) if accept(n)]
+Lost = tuple[Pos, Pos]
 
 
-def spans_between(view: QueueView, start: Pos, end: Pos) -> list[FileSpan]:
-    """The file spans holding the records between positions ``start`` and ``end``.
-
-    Raises DiskQueueError if a segment the range needs is gone (consumed or
-    removed by someone else since the range was planned).
-    """
+def spans_between(view: QueueView, start: Pos, end: Pos) -> tuple[list[FileSpan], list[Lost]]:
+    """The file spans holding the records between positions ``start`` and ``end``,
+    and the ranges among them whose segment file is gone (consumed, removed or
+    missing), as ``(from, to)`` position pairs."""
     out: list[FileSpan] = []
+    lost: list[Lost] = []
     if start >= end:
-        return out
+        return out, lost
     (sf, sp), (ef, ep) = start, end
     stops = {s.num: s.stop for s in view.spans}
     for num in range(sf, ef + 1):
         lo = sp if num == sf else 0
         hi = ep if num == ef else stops.get(num, view.sizes.get(num, -1))
         if view.sizes.get(num, -1) < 0:
-            if hi <= lo and num == ef:
+            if num == ef and hi <= lo:
                 continue
-            raise DiskQueueError(
-                f"{view.layout.segment_path(num)} is gone, but records between {list(start)} "
-                f"and {list(end)} of queue {view.layout.name!r} were still to be read: "
-                "another process consumed or removed them"
-            )
+            gone_to = (num, hi) if num == ef else (num + 1, 0)
+            if lost and lost[-1][1] == (num, 0):
+                lost[-1] = (lost[-1][0], gone_to)
+            else:
+                lost.append(((num, lo), gone_to))
+            continue
         if hi > lo:
             out.append(FileSpan(num, lo, hi))
-    return out
+    return out, lost
 
 
 def advance(
@@ -230,13 +248,8 @@ def iter_records(
                 if chunk.problem == BAD_LENGTH:
                     # Most often a queue written with a larger max_msg_size: failing says
                     # so, where skipping the rest of the file would lose it quietly.
-                    raise CorruptionError(
-                        path, chunk.end,
-                        f"record length {chunk.bad_length} is outside [{min_size}, {max_size}]"
-                        " (options minMsgSize, maxMsgSize): if the queue's messages may be "
-                        "that large, set maxMsgSize; otherwise open the queue once with "
-                        "DiskQueue, which quarantines the damaged file",
-                    )
+                    raise corrupt_length(layout, path, chunk.end, chunk.bad_length,
+                                         min_size, max_size)
                 if chunk.problem is not None:
                     log.warning("%s: %s at byte %d; skipping the rest of this file",
                                 path, chunk.problem, chunk.end)

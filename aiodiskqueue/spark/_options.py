@@ -65,10 +65,10 @@ def _float(opts: Mapping[str, str], key: str, default: float) -> float:
     return value
 
 
-def _bool(opts: Mapping[str, str], key: str) -> bool:
+def _bool(opts: Mapping[str, str], key: str, default: bool = False) -> bool:
     raw = _get(opts, key)
     if raw is None:
-        return False
+        return default
     low = raw.strip().lower()
     if low in ("true", "1", "yes"):
         return True
@@ -101,6 +101,8 @@ class SourceOptions:
     lock_wait: float = 10.0
     writer_id: str | None = None
     checkpoint_location: str | None = None
+    fail_on_data_loss: bool = True
+    remove_drained_after: float | None = None
 
     @property
     def nsq(self) -> bool:
@@ -147,7 +149,9 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         raise OptionError("minMsgSize", f"must be <= maxMsgSize, got {min_size} > {max_size}")
     if max_size > 2**31 - 1:
         raise OptionError("maxMsgSize", f"must be < 2**31, got {max_size}")
+    check_known(opts)
     arrow_raw = _get(opts, "arrow")
+    drained_raw = _get(opts, "removeDrainedAfter")
     result = SourceOptions(
         path=path,
         name=name,
@@ -164,8 +168,52 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         lock_wait=_float(opts, "lockWait", 10.0),
         writer_id=_get(opts, "writerId"),
         checkpoint_location=_get(opts, "checkpointLocation"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        remove_drained_after=(None if drained_raw is None
+                              else _float(opts, "removeDrainedAfter", 0.0)),
     )
     return result
+
+
+# Which options apply to which use. Spark adds ``path`` itself for ``load(path)`` and
+# ``save(path)``, and ``checkpointLocation`` for ``writeStream``.
+COMMON = ("path", "name", "format", "minMsgSize", "maxMsgSize", "lockWait")
+BATCH_READ = ("maxBytesPerPartition", "minPartitions", "arrow", "failOnDataLoss")
+STREAM_READ = ("consume", "maxRecordsPerTrigger", "maxBytesPerTrigger", "removeDrainedAfter")
+WRITE = ("maxBytesPerFile",)
+STREAM_WRITE = ("writerId", "checkpointLocation")
+ALL_OPTIONS = COMMON + BATCH_READ + STREAM_READ + WRITE + STREAM_WRITE
+USES: dict[str, tuple[str, ...]] = {
+    "batch read": COMMON + BATCH_READ,
+    "streaming read": COMMON + BATCH_READ + STREAM_READ + ("checkpointLocation",),
+    "batch write": COMMON + WRITE,
+    "streaming write": COMMON + WRITE + STREAM_WRITE,
+}
+
+
+def check_known(opts: Mapping[str, str]) -> None:
+    """Refuse an option this source does not know, listing the ones it does.
+
+    Raises OptionError naming the unknown option.
+    """
+    known = {_norm(k) for k in ALL_OPTIONS}
+    for key in opts:
+        if _norm(key) not in known:
+            raise OptionError(key, f"is unknown; valid options: {', '.join(ALL_OPTIONS)}")
+
+
+def check_use(opts: Mapping[str, str], use: str) -> None:
+    """Refuse an option that does not apply to ``use`` (e.g. ``consume`` on a batch read).
+
+    Raises OptionError naming the option, the use and the options it accepts.
+    """
+    allowed = {_norm(k) for k in USES[use]}
+    for key in opts:
+        if _norm(key) not in allowed:
+            only = [u for u, keys in USES.items() if _norm(key) in {_norm(k) for k in keys}]
+            raise OptionError(
+                key, f"does not apply to a {use} (it applies to: {', '.join(only)}); "
+                     f"options of a {use}: {', '.join(USES[use])}")
 
 
 def require_single_name(options: SourceOptions) -> str:

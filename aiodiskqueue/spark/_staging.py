@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,8 +41,9 @@ def staging_dir(layout: Layout, job: str) -> str:
 class StagedWriter:
     """Write records into staged files by go-diskqueue's roll rule."""
 
-    def __init__(self, directory: str, max_bytes_per_file: int) -> None:
+    def __init__(self, directory: str, max_bytes_per_file: int, create: bool = True) -> None:
         self.directory = directory
+        self.create = create
         self.max_bytes = max_bytes_per_file
         self.files: list[StagedFile] = []
         self._prefix = uuid.uuid4().hex
@@ -53,7 +55,8 @@ class StagedWriter:
         self._pending = 0
 
     def _open(self) -> None:
-        os.makedirs(self.directory, exist_ok=True)
+        if self.create:
+            os.makedirs(self.directory, exist_ok=True)
         self._path = os.path.join(self.directory, f"{self._prefix}-{len(self.files):06d}.dat")
         self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._pos = 0
@@ -120,39 +123,93 @@ def remove_staged(files: list[StagedFile]) -> None:
 
 
 def remove_staging_dir(path: str) -> None:
-    """Delete a job's staging directory and whatever is left in it."""
-    try:
-        entries = os.listdir(path)
-    except FileNotFoundError:
-        return
-    for e in entries:
+    """Delete a job's staging directory and whatever is in it.
+
+    Tasks of the job never create the directory (see :func:`create_job_dir`):
+    a task that opens a file here after the removal gets an error and drops its
+    rows, and one that slipped a file in while this ran is caught by the retry.
+    """
+    for _ in range(100):
         try:
-            os.remove(os.path.join(path, e))
+            entries = os.listdir(path)
         except FileNotFoundError:
-            pass
+            return
+        for e in entries:
+            try:
+                os.remove(os.path.join(path, e))
+            except FileNotFoundError:
+                pass
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            continue  # a task added a file meanwhile
+
+
+OWNER = "owner"  # in a job's staging directory: which driver process runs the job
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of process ``pid`` (tells a live pid from a reused one)."""
     try:
-        os.rmdir(path)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
     except OSError:
-        pass
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
 
 
-def end_mark(where: str) -> str:
-    """The file that says the write job staging into ``where`` has ended."""
-    return where + ".ended"
+def driver_pid() -> int:
+    """The Spark driver's JVM: the nearest ancestor named ``java``, else the parent.
+
+    The driver's Python code runs in short-lived worker processes, so the JVM
+    is what stays alive as long as the write job can still commit.
+    """
+    pid = os.getppid()
+    probe = pid
+    for _ in range(8):
+        try:
+            with open(f"/proc/{probe}/comm", "rb") as f:
+                if f.read().strip() == b"java":
+                    return probe
+            with open(f"/proc/{probe}/stat", "rb") as f:
+                probe = int(f.read().rsplit(b")", 1)[-1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if probe <= 1:
+            break
+    return pid
 
 
-def mark_end(where: str) -> None:
-    """Create the end mark of the job staging into ``where``."""
-    os.makedirs(os.path.dirname(where), exist_ok=True)
-    with open(end_mark(where), "wb"):
-        pass
+def create_job_dir(where: str) -> None:
+    """Create a write job's staging directory (on the driver), naming the driver in it."""
+    os.makedirs(where, exist_ok=True)
+    pid = driver_pid()
+    with open(os.path.join(where, OWNER), "w") as f:
+        f.write(f"{socket.gethostname()} {pid} {process_start_time(pid)}\n")
+
+
+def owner_alive(where: str) -> bool | None:
+    """Whether the driver that created staging directory ``where`` still runs
+    (None if unknown: no owner file, or another host)."""
+    try:
+        with open(os.path.join(where, OWNER)) as f:
+            host, pid, start = f.read().split()
+    except (OSError, ValueError):
+        return None
+    if host != socket.gethostname():
+        return None
+    return process_start_time(int(pid)) == start
 
 
 STALE_SECONDS = 24 * 3600
 
 
-def sweep_staging(layout: Layout, now: float | None = None) -> None:
-    """Remove end marks, and staging directories left by crashed drivers, older than a day."""
+def sweep_staging(layout: Layout, keep: str = "", now: float | None = None) -> None:
+    """Remove what ended write jobs left: staging directories of drivers that are gone
+    (checked on this host), and anything older than a day; ``keep`` is the caller's job."""
     parent = os.path.join(layout.directory, STAGING_PREFIX, layout.name)
     try:
         entries = os.listdir(parent)
@@ -161,13 +218,17 @@ def sweep_staging(layout: Layout, now: float | None = None) -> None:
     limit = (time.time() if now is None else now) - STALE_SECONDS
     for entry in entries:
         path = os.path.join(parent, entry)
+        if entry == keep:
+            continue
         try:
-            if os.stat(path).st_mtime >= limit:
+            if not os.path.isdir(path):
+                os.remove(path)  # end marks of earlier versions
                 continue
-            if os.path.isdir(path):
+            alive = owner_alive(path)
+            if alive is False or (alive is None and os.stat(path).st_mtime < limit):
+                log.info("%s: removing the staged files of a write job whose driver is gone",
+                         path)
                 remove_staging_dir(path)
-            else:
-                os.remove(path)
         except FileNotFoundError:
             pass
     for path in (parent, os.path.dirname(parent)):
