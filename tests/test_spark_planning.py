@@ -119,8 +119,9 @@ def test_missing_path_and_no_matching_queue(tmp_path: Path) -> None:
 
 
 def test_unknown_option_lists_the_valid_ones(tmp_path: Path) -> None:
-    with pytest.raises(OptionError, match=r"option 'maxRecordPerTrigger' is unknown; "
-                                          r"valid options: path, name, .*maxRecordsPerTrigger"):
+    with pytest.raises(OptionError, match=r"option 'maxRecordPerTrigger' is unknown; did you "
+                                          r"mean 'maxRecordsPerTrigger'\? valid options: "
+                                          r"path, name, .*maxRecordsPerTrigger"):
         options(tmp_path, "q", maxRecordPerTrigger="10")
 
 

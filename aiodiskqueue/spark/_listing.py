@@ -44,16 +44,17 @@ def check_directory(path: str, name: str) -> None:
         raise PathNotFound(path, name, "is not a directory")
 
 
-def list_queues(path: str, accept: Callable[[str], bool]) -> Listing:
+def list_queues(path: str, accept: Callable[[str], bool], name: str = "") -> Listing:
     """The queues in ``path`` accepted by ``accept``, with their files and sizes.
 
-    Raises PathNotFound if ``path`` is missing or not a directory.
+    Raises PathNotFound (naming ``name``, the option) if ``path`` is missing or not a
+    directory.
     """
     found: dict[str, tuple[dict[int, str], dict[int, int], list[tuple[int, int, int]], list[float]]] = {}
     try:
         entries = os.scandir(path)
     except (FileNotFoundError, NotADirectoryError):
-        check_directory(path, "")
+        check_directory(path, name)
         raise
     with entries:
         for entry in entries:

@@ -8,6 +8,7 @@ Spark job starts.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 from collections.abc import Mapping
@@ -196,10 +197,13 @@ def check_known(opts: Mapping[str, str]) -> None:
 
     Raises OptionError naming the unknown option.
     """
-    known = {_norm(k) for k in ALL_OPTIONS}
+    known = {_norm(k): k for k in ALL_OPTIONS}
     for key in opts:
         if _norm(key) not in known:
-            raise OptionError(key, f"is unknown; valid options: {', '.join(ALL_OPTIONS)}")
+            # Spark hands keys over in lower case: suggest the spelling it most resembles.
+            close = difflib.get_close_matches(_norm(key), list(known), 1, 0.8)
+            hint = f"did you mean '{known[close[0]]}'? " if close else ""
+            raise OptionError(key, f"is unknown; {hint}valid options: {', '.join(ALL_OPTIONS)}")
 
 
 def check_use(opts: Mapping[str, str], use: str) -> None:

@@ -200,7 +200,7 @@ def select(options: SourceOptions) -> Listing:
     Raises PathNotFound if ``path`` is missing, not a directory, or holds no
     queue matching ``name``.
     """
-    listing = list_queues(options.path, options.matches)
+    listing = list_queues(options.path, options.matches, options.name)
     if not listing:
         raise PathNotFound(options.path, options.name, f"holds no queue matching {options.name!r}")
     return listing

@@ -108,7 +108,8 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return Layout(self.options.path, queue)
 
     def _list(self) -> Listing:
-        self._listing = list_queues(self.options.path, self.options.matches)
+        self._listing = list_queues(self.options.path, self.options.matches,
+                                    self.options.name)
         return self._listing
 
     def _view(self, queue: str, files: QueueFiles) -> QueueView:
