@@ -166,6 +166,7 @@ def throughput(spark: Any, d: Path, rows: int, reps: int) -> list[Row]:
         group = f"{size} B {what}"
         out.append((group, "text source", rows / t_text, "anchor", c_text, ""))
         out.append((group, "diskqueue", rows / t_dq, f"{t_text / t_dq:.2f}x", c_dq, ""))
+        print_rows(out[-2:])
     return out
 
 
@@ -177,8 +178,18 @@ def consume_run(spark: Any, qdir: Path, out: Path, name: str) -> tuple[float, in
              .writeStream.format("parquet").option("path", str(out / "data"))
              .option("checkpointLocation", str(out / "ck")).trigger(availableNow=True))
     t0 = time.perf_counter()
-    q = query.start()
-    q.awaitTermination()
+    for attempt in range(3):
+        try:
+            q = query.start()
+            q.awaitTermination()
+            break
+        except Exception as exc:
+            # A loaded machine can miss Spark's fixed 10 s for a new Python worker to
+            # connect back; the query has read nothing then, so run it again.
+            if "failed to connect back" not in str(exc) or attempt == 2:
+                raise
+            print(f"# {name}: Python worker did not connect back in time; again", flush=True)
+            t0 = time.perf_counter()
     took = time.perf_counter() - t0
     progress = q.recentProgress
     rows = sum(p["numInputRows"] for p in progress)
@@ -219,7 +230,15 @@ def many_queues(spark: Any, d: Path, rows: int) -> list[Row]:
         note = f"latestOffset max {lat:.0f} ms, {files} parquet files"
         out.append((f"{rows:,} x 100 B consume", what, rate,
                     "anchor" if rate == anchor else f"{rate / anchor:.2f}x", cpu, note))
+        print_rows(out[-1:])
     return out
+
+
+def print_rows(rows: list[Row]) -> None:
+    """Print table rows as they are measured (a later failure keeps them)."""
+    for group, what, rate, ratio, cpu, note in rows:
+        print(f"| {group:<24} | {what:<24} | {rate:>11,.0f} | {ratio:>6} | {cpu:.2f} | {note} |",
+              flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,8 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nSpark local[2], median of {args.reps}; load average {load[0]:.1f}\n")
     print(f"| {'workload':<24} | {'source':<24} | {'rows/s':>11} | {'ratio':>6} | cpu | note |")
     print(f"|{'-' * 26}|{'-' * 26}|{'-' * 12}:|{'-' * 7}:|----:|------|")
-    for group, what, rate, ratio, cpu, note in results:
-        print(f"| {group:<24} | {what:<24} | {rate:>11,.0f} | {ratio:>6} | {cpu:.2f} | {note} |")
+    print_rows(results)
     if args.json:
         print(json.dumps(results))
     return 0
