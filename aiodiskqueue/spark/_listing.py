@@ -44,6 +44,24 @@ def check_directory(path: str, name: str) -> None:
         raise PathNotFound(path, name, "is not a directory")
 
 
+_names: dict[str, tuple[str, int] | None] = {}
+
+
+def _parse(entry: str) -> tuple[str, int] | None:
+    """``(queue, segment number)`` of a directory entry (-1 for the meta file), or None if
+    it is no queue file; remembered, since the same names come back on every trigger."""
+    try:
+        return _names[entry]
+    except KeyError:
+        pass
+    m = _ENTRY_RE.match(entry)
+    out = None if m is None else (m.group(1), -1 if m.group(2) == "meta" else int(m.group(2)))
+    if len(_names) > 1 << 18:
+        _names.clear()
+    _names[entry] = out
+    return out
+
+
 def list_queues(path: str, accept: Callable[[str], bool], name: str = "") -> Listing:
     """The queues in ``path`` accepted by ``accept``, with their files and sizes.
 
@@ -56,21 +74,30 @@ def list_queues(path: str, accept: Callable[[str], bool], name: str = "") -> Lis
     except (FileNotFoundError, NotADirectoryError):
         check_directory(path, name)
         raise
+    accepted: dict[str, bool] = {}
     with entries:
         for entry in entries:
-            m = _ENTRY_RE.match(entry.name)
-            if m is None or not accept(m.group(1)):
+            parsed = _parse(entry.name)
+            if parsed is None:
+                continue
+            queue, num = parsed
+            ok = accepted.get(queue)
+            if ok is None:
+                ok = accepted[queue] = accept(queue)
+            if not ok:
                 continue
             try:
                 st = entry.stat()
             except FileNotFoundError:
                 continue  # removed since the listing: as if it had not been there
-            segs, sizes, meta, mtimes = found.setdefault(m.group(1), ({}, {}, [], []))
+            have = found.get(queue)
+            if have is None:
+                have = found[queue] = ({}, {}, [], [])
+            segs, sizes, meta, mtimes = have
             mtimes.append(st.st_mtime)
-            if m.group(2) == "meta":
+            if num < 0:
                 meta.append((st.st_ino, st.st_size, st.st_mtime_ns))
             else:
-                num = int(m.group(2))
                 segs[num] = entry.path
                 sizes[num] = st.st_size
     return {
