@@ -280,3 +280,15 @@ def test_releasing_a_removed_queue_does_not_create_it_again(tmp_path: Path) -> N
     reader.commit(start)  # Spark commits the batch before after planning the next one
     assert not list(tmp_path.glob("ev-0000.*"))
     assert not os.path.exists(lay.meta_path)
+
+
+def test_partition_size_follows_spark_file_sources(tmp_path: Path) -> None:
+    cpus = os.cpu_count() or 1
+    default = options(tmp_path, "q")
+    # A small micro-batch stays one partition; a large read is spread over the CPUs.
+    assert default.partition_bytes(300_000) == 4 << 20
+    assert default.partition_bytes(cpus * (64 << 20)) == 64 << 20
+    assert default.partition_bytes(10 << 30) == 128 << 20
+    # An explicit minPartitions is honoured however small the read.
+    assert options(tmp_path, "q", minPartitions="8").partition_bytes(21_000_000) == 2_625_000
+    assert options(tmp_path, "q", maxBytesPerPartition="1000").partition_bytes(300_000) == 1000

@@ -18,6 +18,7 @@ from .._core.options import MiB, check_name
 from ..errors import DiskQueueError
 
 FORMATS = ("raw", "nsq")
+OPEN_COST = 4 * MiB  # the smallest share of a read split for parallelism, unless asked
 
 
 class OptionError(DiskQueueError, ValueError):
@@ -95,7 +96,7 @@ class SourceOptions:
     max_msg_size: int = MiB
     max_bytes_per_file: int = 100 * MiB
     max_bytes_per_partition: int = 128 * MiB
-    min_partitions: int = 1
+    min_partitions: int | None = None
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     arrow: bool = True
@@ -114,10 +115,15 @@ class SourceOptions:
         """Target bytes per partition for ``total`` bytes to read.
 
         Spark's own file sources do the same: ``maxBytesPerPartition`` at most,
-        but small enough that ``minPartitions`` tasks (default: the driver's CPU
-        count) share the work. A partition is still at least one whole file span.
+        but small enough that ``minPartitions`` tasks share the work. Without
+        ``minPartitions`` the share is spread over the driver's CPUs but not cut
+        below 4 MiB (Spark's ``openCostInBytes``), so a small micro-batch stays
+        one partition and one output file.
         """
-        share = -(-total // self.min_partitions)
+        if self.min_partitions is None:
+            share = max(OPEN_COST, -(-total // (os.cpu_count() or 1)))
+        else:
+            share = -(-total // self.min_partitions)
         return max(1, min(self.max_bytes_per_partition, share))
 
     def matches(self, queue: str) -> bool:
@@ -162,7 +168,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         max_msg_size=max_size,
         max_bytes_per_file=_int(opts, "maxBytesPerFile", 100 * MiB, 1) or 1,
         max_bytes_per_partition=_int(opts, "maxBytesPerPartition", 128 * MiB, 1) or 1,
-        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 1, 1) or 1,
+        min_partitions=_int(opts, "minPartitions", None, 1),
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
         max_bytes_per_trigger=_int(opts, "maxBytesPerTrigger", None, 1),
         arrow=True if arrow_raw is None else _bool(opts, "arrow"),
