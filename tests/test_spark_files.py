@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -12,21 +13,20 @@ import pytest
 from conftest import CopyFixture
 from helpers_format import fixture_msg, oversize_msg
 
-from aiodiskqueue import DiskQueue, DiskQueueError, QueueLocked
+from aiodiskqueue import DiskQueue, QueueLocked
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
 from aiodiskqueue._format.meta import load_meta
-from aiodiskqueue.spark._files import (
+from aiodiskqueue.spark._consume import release
+from aiodiskqueue.spark._files import advance, spans_between, view_queue
+from aiodiskqueue.spark._staging import (
     STALE_SECONDS,
     StagedFile,
     StagedWriter,
-    advance,
     committed_batch,
     link,
-    release,
-    spans_between,
+    process_start_time,
     sweep_staging,
-    view_queue,
 )
 
 pytestmark = pytest.mark.spark
@@ -156,12 +156,15 @@ async def test_spans_between_reports_a_vanished_segment(tmp_path: Path) -> None:
         await q.put_many([b"r%03d" % i for i in range(30)])
     lay = Layout(str(tmp_path), "q")
     view = view_queue(lay, 0, MAX)
-    assert [(s.num, s.start, s.stop) for s in spans_between(view, (0, 40), (2, 16))] == [
-        (0, 40, 80), (1, 0, 80), (2, 0, 16)]
+    spans, lost = spans_between(view, (0, 40), (2, 16))
+    assert [(s.num, s.start, s.stop) for s in spans] == [(0, 40, 80), (1, 0, 80), (2, 0, 16)]
+    assert lost == []
     os.remove(lay.segment_path(1))
     view = view_queue(lay, 0, MAX)
-    with pytest.raises(DiskQueueError, match=r"q\.diskqueue\.000001\.dat is gone"):
-        spans_between(view, (0, 40), (2, 16))
+    assert view.missing == (1,)
+    spans, lost = spans_between(view, (0, 40), (2, 16))
+    assert [(s.num, s.start, s.stop) for s in spans] == [(0, 40, 80), (2, 0, 16)]
+    assert lost == [((1, 0), (2, 0))]
 
 
 def test_sweep_removes_only_stale_staging(tmp_path: Path) -> None:
@@ -190,3 +193,18 @@ def test_link_waits_for_a_short_lived_holder(tmp_path: Path) -> None:
         timer.join()
     assert meta is not None and meta.depth == 2
     assert not lock.held
+
+
+def test_sweep_removes_jobs_of_dead_drivers_and_end_marks(tmp_path: Path) -> None:
+    lay = Layout(str(tmp_path), "q")
+    parent = tmp_path / ".spark-staging" / "q"
+    me = f"{socket.gethostname()} {os.getpid()}"
+    for job, owner in [("dead", f"{me} 0"), ("live", f"{me} {process_start_time(os.getpid())}"),
+                       ("elsewhere", f"other-host {os.getpid()} 1")]:
+        (parent / job).mkdir(parents=True)
+        (parent / job / "owner").write_text(owner + "\n")
+        (parent / job / "x.dat").write_bytes(b"staged")
+    (parent / "old.ended").write_bytes(b"")
+    sweep_staging(lay)
+    # A pid whose start time differs is another process: that driver is gone.
+    assert sorted(p.name for p in parent.iterdir()) == ["elsewhere", "live"]

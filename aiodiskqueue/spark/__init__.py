@@ -23,9 +23,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "aiodiskqueue.spark needs pyspark and pyarrow: pip install 'asyncio-diskqueue[spark]'"
     ) from exc
 
-from ._files import QueueBusy
-from ._options import OptionError, SourceOptions, parse_options
-from ._reader import DiskQueueReader, schema_for
+from ._consume import QueueBusy
+from ._errors import DataLoss, PathNotFound, SchemaMismatch
+from ._options import OptionError, SourceOptions, check_use, parse_options
+from ._reader import DiskQueueReader, project, schema_for
 from ._stream import DiskQueueStreamReader
 from ._writer import DiskQueueStreamWriter, DiskQueueWriter
 
@@ -33,7 +34,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["DiskQueueDataSource", "OptionError", "QueueBusy", "register"]
+__all__ = [
+    "DataLoss",
+    "DiskQueueDataSource",
+    "OptionError",
+    "PathNotFound",
+    "QueueBusy",
+    "SchemaMismatch",
+    "register",
+]
 
 SHORT_NAME = "diskqueue"
 
@@ -46,7 +55,9 @@ class DiskQueueDataSource(DataSource):
         """The short name used with ``format(...)``."""
         return SHORT_NAME
 
-    def _options(self) -> SourceOptions:
+    def _options(self, use: str | None = None) -> SourceOptions:
+        if use is not None:
+            check_use(self.options, use)
         return parse_options(self.options)
 
     def schema(self) -> str:
@@ -54,20 +65,27 @@ class DiskQueueDataSource(DataSource):
         return schema_for(self._options())
 
     def reader(self, schema: StructType) -> DiskQueueReader:
-        """A batch reader over the selected queues."""
-        return DiskQueueReader(self._options())
+        """A batch reader over the selected queues, producing the columns of ``schema``.
+
+        Raises OptionError for an option that does not apply to a batch read,
+        SchemaMismatch if ``schema`` asks for a column the source does not have,
+        PathNotFound if ``path`` is missing or holds no queue matching ``name``.
+        """
+        options = self._options("batch read")
+        return DiskQueueReader(options, project(options, schema))
 
     def streamReader(self, schema: StructType) -> DiskQueueStreamReader:
-        """A micro-batch stream reader over the selected queues."""
-        return DiskQueueStreamReader(self._options())
+        """A micro-batch stream reader over the selected queues (see ``reader``)."""
+        options = self._options("streaming read")
+        return DiskQueueStreamReader(options, project(options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DiskQueueWriter:
         """A batch writer appending to one queue."""
-        return DiskQueueWriter(self._options(), schema, overwrite)
+        return DiskQueueWriter(self._options("batch write"), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DiskQueueStreamWriter:
         """A streaming writer appending each micro-batch once."""
-        return DiskQueueStreamWriter(self._options(), schema, overwrite)
+        return DiskQueueStreamWriter(self._options("streaming write"), schema, overwrite)
 
 
 def register(spark: SparkSession | Any) -> None:

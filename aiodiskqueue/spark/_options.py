@@ -8,6 +8,7 @@ Spark job starts.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from .._core.options import MiB, check_name
 from ..errors import DiskQueueError
 
 FORMATS = ("raw", "nsq")
+OPEN_COST = 4 * MiB  # the smallest share of a read split for parallelism, unless asked
 
 
 class OptionError(DiskQueueError, ValueError):
@@ -65,10 +67,10 @@ def _float(opts: Mapping[str, str], key: str, default: float) -> float:
     return value
 
 
-def _bool(opts: Mapping[str, str], key: str) -> bool:
+def _bool(opts: Mapping[str, str], key: str, default: bool = False) -> bool:
     raw = _get(opts, key)
     if raw is None:
-        return False
+        return default
     low = raw.strip().lower()
     if low in ("true", "1", "yes"):
         return True
@@ -94,13 +96,15 @@ class SourceOptions:
     max_msg_size: int = MiB
     max_bytes_per_file: int = 100 * MiB
     max_bytes_per_partition: int = 128 * MiB
-    min_partitions: int = 1
+    min_partitions: int | None = None
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     arrow: bool = True
     lock_wait: float = 10.0
     writer_id: str | None = None
     checkpoint_location: str | None = None
+    fail_on_data_loss: bool = True
+    remove_drained_after: float | None = None
 
     @property
     def nsq(self) -> bool:
@@ -111,10 +115,15 @@ class SourceOptions:
         """Target bytes per partition for ``total`` bytes to read.
 
         Spark's own file sources do the same: ``maxBytesPerPartition`` at most,
-        but small enough that ``minPartitions`` tasks (default: the driver's CPU
-        count) share the work. A partition is still at least one whole file span.
+        but small enough that ``minPartitions`` tasks share the work. Without
+        ``minPartitions`` the share is spread over the driver's CPUs but not cut
+        below 4 MiB (Spark's ``openCostInBytes``), so a small micro-batch stays
+        one partition and one output file.
         """
-        share = -(-total // self.min_partitions)
+        if self.min_partitions is None:
+            share = max(OPEN_COST, -(-total // (os.cpu_count() or 1)))
+        else:
+            share = -(-total // self.min_partitions)
         return max(1, min(self.max_bytes_per_partition, share))
 
     def matches(self, queue: str) -> bool:
@@ -147,7 +156,9 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         raise OptionError("minMsgSize", f"must be <= maxMsgSize, got {min_size} > {max_size}")
     if max_size > 2**31 - 1:
         raise OptionError("maxMsgSize", f"must be < 2**31, got {max_size}")
+    check_known(opts)
     arrow_raw = _get(opts, "arrow")
+    drained_raw = _get(opts, "removeDrainedAfter")
     result = SourceOptions(
         path=path,
         name=name,
@@ -157,15 +168,62 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         max_msg_size=max_size,
         max_bytes_per_file=_int(opts, "maxBytesPerFile", 100 * MiB, 1) or 1,
         max_bytes_per_partition=_int(opts, "maxBytesPerPartition", 128 * MiB, 1) or 1,
-        min_partitions=_int(opts, "minPartitions", os.cpu_count() or 1, 1) or 1,
+        min_partitions=_int(opts, "minPartitions", None, 1),
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
         max_bytes_per_trigger=_int(opts, "maxBytesPerTrigger", None, 1),
         arrow=True if arrow_raw is None else _bool(opts, "arrow"),
         lock_wait=_float(opts, "lockWait", 10.0),
         writer_id=_get(opts, "writerId"),
         checkpoint_location=_get(opts, "checkpointLocation"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        remove_drained_after=(None if drained_raw is None
+                              else _float(opts, "removeDrainedAfter", 0.0)),
     )
     return result
+
+
+# Which options apply to which use. Spark adds ``path`` itself for ``load(path)`` and
+# ``save(path)``, and ``checkpointLocation`` for ``writeStream``.
+COMMON = ("path", "name", "format", "minMsgSize", "maxMsgSize", "lockWait")
+BATCH_READ = ("maxBytesPerPartition", "minPartitions", "arrow", "failOnDataLoss")
+STREAM_READ = ("consume", "maxRecordsPerTrigger", "maxBytesPerTrigger", "removeDrainedAfter")
+WRITE = ("maxBytesPerFile",)
+STREAM_WRITE = ("writerId", "checkpointLocation")
+ALL_OPTIONS = COMMON + BATCH_READ + STREAM_READ + WRITE + STREAM_WRITE
+USES: dict[str, tuple[str, ...]] = {
+    "batch read": COMMON + BATCH_READ,
+    "streaming read": COMMON + BATCH_READ + STREAM_READ + ("checkpointLocation",),
+    "batch write": COMMON + WRITE,
+    "streaming write": COMMON + WRITE + STREAM_WRITE,
+}
+
+
+def check_known(opts: Mapping[str, str]) -> None:
+    """Refuse an option this source does not know, listing the ones it does.
+
+    Raises OptionError naming the unknown option.
+    """
+    known = {_norm(k): k for k in ALL_OPTIONS}
+    for key in opts:
+        if _norm(key) not in known:
+            # Spark hands keys over in lower case: suggest the spelling it most resembles.
+            close = difflib.get_close_matches(_norm(key), list(known), 1, 0.8)
+            hint = f"did you mean '{known[close[0]]}'? " if close else ""
+            raise OptionError(key, f"is unknown; {hint}valid options: {', '.join(ALL_OPTIONS)}")
+
+
+def check_use(opts: Mapping[str, str], use: str) -> None:
+    """Refuse an option that does not apply to ``use`` (e.g. ``consume`` on a batch read).
+
+    Raises OptionError naming the option, the use and the options it accepts.
+    """
+    allowed = {_norm(k) for k in USES[use]}
+    for key in opts:
+        if _norm(key) not in allowed:
+            only = [u for u, keys in USES.items() if _norm(key) in {_norm(k) for k in keys}]
+            raise OptionError(
+                key, f"does not apply to a {use} (it applies to: {', '.join(only)}); "
+                     f"options of a {use}: {', '.join(USES[use])}")
 
 
 def require_single_name(options: SourceOptions) -> str:

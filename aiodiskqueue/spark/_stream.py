@@ -20,23 +20,44 @@ that breaks this ordering, asynchronous progress tracking, supports only the
 Kafka sink and cannot run with availableNow.) A fresh query starts at the
 queue's read position, so its first ``start`` releases nothing.
 
+Many queues
+-----------
+Each trigger lists the directory once (:mod:`._listing`); what is known about
+a queue is kept between triggers and looked at again only when its meta file
+or a segment changed. In consume mode a queue released up to its end is left
+out of the offsets (its meta file holds its position), so a drained queue
+costs one directory entry per trigger. Small ranges of many queues share a
+partition (``maxBytesPerPartition``). ``removeDrainedAfter`` removes a queue
+that is drained, unheld and unchanged for that many seconds.
+
 Queues open in a live DiskQueue
 -------------------------------
 Releasing a queue means rewriting its meta file and deleting segments, which
 only the holder of the queue's lock may do, and a DiskQueue holds that lock for
 as long as it is open. So in consume mode a queue whose lock is held is not
-read at all in that micro-batch (its offset stays where it is): with a glob
-``name`` it is skipped with a warning and picked up once its owner closes it,
-which lets producers write to new queue names (``events-0001``, ...) and close
-them while one query drains ``events-*``. With a single queue ``name`` the
-query fails with :class:`~aiodiskqueue.spark._files.QueueBusy`, naming the
-queue and the holder's pid. Without ``consume`` an open queue is read up to
-the write position in its meta file, which its owner stores only after an fsync.
+read in that micro-batch and takes no share of the trigger's read limit: with
+a glob ``name`` it is skipped (logged once until it is free again) and picked
+up once its owner closes it, which lets producers write to new queue names
+(``events-0001``, ...) and close them while one query drains ``events-*``.
+With a single queue ``name`` the stream waits up to ``lockWait`` seconds for
+the lock wherever it needs it, then fails with
+:class:`~aiodiskqueue.spark._consume.QueueBusy` naming the holder's pid.
+Without ``consume`` an open queue is read up to the write position in its meta
+file, which its owner stores only after an fsync.
+
+Data loss
+---------
+Records a stream's offsets still expect can disappear: a DiskQueue worker
+consumed them, the queue was purged, a missing segment was replaced by
+``repair``. With ``failOnDataLoss=true`` (the default) the query fails saying
+what is gone; with ``false`` it logs that and goes on from the oldest record
+still there, as Spark's Kafka source does.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -50,18 +71,13 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .._format.layout import Layout
-from ._files import (
-    Pos,
-    QueueBusy,
-    QueueView,
-    advance,
-    release,
-    select_queues,
-    spans_between,
-    view_queue,
-)
+from .._format.lock import lock_holder
+from ._consume import QueueBusy, release, remove_drained, wait_unheld
+from ._errors import PathNotFound
+from ._files import Lost, Pos, QueueView, advance, spans_between, view_queue
+from ._listing import Listing, QueueFiles, check_directory, list_queues
 from ._options import SourceOptions, is_glob
-from ._reader import QueuePartition, group_spans, read_partition
+from ._reader import QueuePartition, group_spans, project, read_partition, report_lost
 
 log = logging.getLogger("aiodiskqueue.spark")
 
@@ -75,44 +91,86 @@ def _pos(value: Any) -> Pos:
 class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A micro-batch stream over one queue or a glob of queues."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None) -> None:
         self.options = options
+        self.columns = columns or project(options, None)
         self._target: dict[str, Pos] | None = None
+        self._listing: Listing | None = None
+        self._cache: dict[str, tuple[tuple[object, ...], QueueView]] = {}
+        self._released: dict[str, Pos] = {}
+        self._held: set[str] = set()
+        self._next = ""  # the queue the next trigger starts with (the first one at or after)
+        check_directory(options.path, options.name)
 
     # ------------------------------------------------------------- helpers
 
     def _layout(self, queue: str) -> Layout:
         return Layout(self.options.path, queue)
 
-    def _view(self, queue: str) -> QueueView:
-        return view_queue(self._layout(queue), self.options.min_msg_size,
-                          self.options.max_msg_size)
+    def _list(self) -> Listing:
+        self._listing = list_queues(self.options.path, self.options.matches,
+                                    self.options.name)
+        return self._listing
 
-    def _queues(self) -> list[str]:
-        return select_queues(self.options.path, self.options.matches)
+    def _view(self, queue: str, files: QueueFiles) -> QueueView:
+        """The queue's view, computed again only if one of its files changed (or the
+        holder the cached view saw is gone)."""
+        sig = files.signature()
+        hit = self._cache.get(queue)
+        if hit is not None and hit[0] == sig and (
+                hit[1].holder is None or lock_holder(hit[1].layout.lock_path) is not None):
+            return hit[1]
+        view = view_queue(self._layout(queue), self.options.min_msg_size,
+                          self.options.max_msg_size, files=files)
+        self._cache[queue] = (sig, view)
+        return view
 
     def _begin(self, queue: str, start: Offset, view: QueueView) -> Pos:
         """Where this stream goes on in ``queue``: its offset in ``start``, else the
         queue's read position.
 
-        In consume mode a read position past the offset means another consumer
-        (a DiskQueue that had the queue open in between) took those records, and
-        may have deleted their files: go on from the read position, so that
-        nothing is delivered twice. This never skips a batch Spark replays,
-        because this source releases only what Spark has committed.
+        In consume mode, a read position past the offset means another consumer
+        took those records; a position past the queue's end means it was purged
+        or created anew. Both are data loss (see the module docstring). This never
+        skips a batch Spark replays, because this source releases only what Spark
+        has committed.
         """
-        begin = _pos(start[queue]) if queue in start else view.read
-        if self.options.consume and view.meta is not None and view.read > begin:
-            log.warning("queue %r: records before %s were consumed by another process; "
-                        "going on from there", queue, list(view.read))
+        if queue not in start:
+            return view.read
+        begin = _pos(start[queue])
+        lost: list[Lost] = []
+        if begin > view.end:
+            lost = [(begin, view.end)]
             begin = view.read
+        elif self.options.consume and view.meta is not None and view.read > begin:
+            lost = [(begin, view.read)]
+            begin = view.read
+        report_lost(self.options, view, lost)
         return begin
+
+    def _spans(self, view: QueueView, begin: Pos, stop: Pos) -> list[Any]:
+        spans, lost = spans_between(view, begin, stop)
+        report_lost(self.options, view, lost)
+        return spans
 
     # ------------------------------------------------------------- offsets
 
     def initialOffset(self) -> Offset:
-        """Every selected queue at its read position."""
-        return {q: list(self._view(q).read) for q in self._queues()}
+        """Every selected queue at its read position.
+
+        Raises PathNotFound if no queue matches ``name`` (a query with a
+        checkpoint never asks again, so queues it removed do not count).
+        """
+        listing = self._list()
+        if not listing:
+            raise PathNotFound(self.options.path, self.options.name,
+                               f"holds no queue matching {self.options.name!r}")
+        out: Offset = {}
+        for q, files in listing.items():
+            view = self._view(q, files)
+            if not (self.options.consume and view.drained):
+                out[q] = list(view.read)
+        return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` or else ``maxBytesPerTrigger``; both apply when both are set."""
@@ -124,7 +182,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the end of an ``availableNow`` run: what the queues hold now."""
-        self._target = {q: self._view(q).end for q in self._queues()}
+        self._target = {q: self._view(q, f).end for q, f in self._list().items()}
 
     def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
         opts = self.options
@@ -134,77 +192,146 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return opts.max_records_per_trigger, limit.max_bytes
         return None, None  # ReadAllAvailable, and limits this source cannot honour
 
+    def _readable(self, queue: str, view: QueueView) -> QueueView | None:
+        """Consume mode: ``view`` if nobody holds the queue, else None (glob) after
+        logging it once; a single name waits up to ``lockWait`` for the holder.
+
+        Raises QueueBusy if a single-name queue stays held.
+        """
+        holder = lock_holder(view.layout.lock_path)
+        if holder is None:
+            self._held.discard(queue)
+            return view
+        if is_glob(self.options.name):
+            if queue not in self._held:
+                self._held.add(queue)
+                log.warning("%s; skipping it until it is closed",
+                            QueueBusy(view.layout, holder, "consume"))
+            return None
+        holder = wait_unheld(view.layout, self.options.lock_wait)
+        if holder is not None:
+            raise QueueBusy(view.layout, holder, "consume")
+        self._cache.pop(queue, None)
+        return view_queue(view.layout, self.options.min_msg_size, self.options.max_msg_size)
+
+    def _drained(self, queue: str, view: QueueView, files: QueueFiles) -> None:
+        """A consumed, drained queue: remove it after ``removeDrainedAfter`` seconds unchanged."""
+        keep = self.options.remove_drained_after
+        if keep is None or files.mtime > time.time() - keep:
+            return
+        if remove_drained(view.layout, self.options.min_msg_size, self.options.max_msg_size):
+            log.info("queue %r: drained and unchanged for %ss; removed", queue, keep)
+            # ``_released`` keeps its position: Spark's commit of the batch before may
+            # still name the queue, and releasing it again must not create it anew.
+            self._cache.pop(queue, None)
+
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end offset of the next batch, within ``limit`` (start itself if no data).
 
         In consume mode, first releases every queue up to ``start``, and reads
         nothing from a queue that a live DiskQueue holds open (see the module
-        docstring). Raises QueueBusy if ``name`` is a single queue and it is open.
+        docstring). Raises QueueBusy if ``name`` is a single queue that stays
+        open for ``lockWait`` seconds, DataLoss if records the offsets need are
+        gone and ``failOnDataLoss`` is true.
         """
-        if self.options.consume and start:
-            self._release_started(start)
+        opts = self.options
+        if opts.consume and start:
+            self._release(start)
+        listing = self._list()
         max_rows, max_bytes = self._limits(limit)
-        queues = set(self._queues()) | set(start)
+        queues = set(listing) | set(start)
         if self._target is not None:
             queues &= set(self._target) | set(start)
         end: Offset = {}
-        left = len(queues)
+        active: list[tuple[str, QueueView, Pos, Pos]] = []
         for queue in sorted(queues):
-            view = self._view(queue)
+            files = listing.get(queue)
+            if files is None:
+                self._vanished(queue, start)
+                continue
+            view = self._view(queue, files)
             begin = self._begin(queue, start, view)
             stop = view.end
-            if self.options.consume and view.holder is not None:
-                self._busy(QueueBusy(view.layout, view.holder, "consume"))
-                stop = begin  # it could not be released: leave it to its owner for now
             if self._target is not None:
                 stop = min(stop, self._target.get(queue, begin))
+            if stop <= begin:
+                if not opts.consume or view.read != begin:
+                    if queue in start:
+                        end[queue] = list(begin)
+                elif view.drained and begin == view.end:
+                    self._drained(queue, view, files)
+                continue
+            if opts.consume:
+                fresh = self._readable(queue, view)
+                if fresh is None:
+                    if queue in start:
+                        end[queue] = list(begin)
+                    continue
+                view = fresh
+                stop = min(view.end, stop) if self._target is not None else view.end
+            active.append((queue, view, begin, stop))
+        # Each queue in turn gets what it has, up to what is left of the trigger's limit,
+        # starting where the previous trigger stopped: a trigger touches (and releases)
+        # as few queues as its limit needs, and no queue waits longer than a round.
+        first = next((i for i, a in enumerate(active) if a[0] >= self._next), 0)
+        for queue, view, begin, stop in active[first:] + active[:first]:
             new = begin
-            if stop > begin:
-                if max_rows is None and max_bytes is None:
-                    new = stop
-                else:
-                    spans = spans_between(view, begin, stop)
-                    share_rows = None if max_rows is None else max(1, max_rows // left)
-                    share_bytes = None if max_bytes is None else max(1, max_bytes // left)
-                    pos, rows, nbytes = advance(view, spans, share_rows, share_bytes,
-                                                self.options.min_msg_size,
-                                                self.options.max_msg_size)
-                    new = pos if pos is not None else begin
-                    if max_rows is not None:
-                        max_rows = max(0, max_rows - rows)
-                    if max_bytes is not None:
-                        max_bytes = max(0, max_bytes - nbytes)
-            left -= 1
+            if max_rows is None and max_bytes is None:
+                new = stop
+                self._spans(view, begin, stop)  # reports lost ranges
+            elif max_rows != 0 and max_bytes != 0:
+                spans = self._spans(view, begin, stop)
+                pos, rows, nbytes = advance(view, spans, max_rows, max_bytes,
+                                            opts.min_msg_size, opts.max_msg_size)
+                new = pos if pos is not None else stop
+                if max_rows is not None:
+                    max_rows = max(0, max_rows - rows)
+                if max_bytes is not None:
+                    max_bytes = max(0, max_bytes - nbytes)
+                if (max_rows == 0 or max_bytes == 0) and new < stop:
+                    self._next = queue  # go on here next time
             if queue in start or new != begin:
                 end[queue] = list(new)
-            if (max_rows == 0 or max_bytes == 0) and end:
-                # Budget spent: the remaining queues stay where they are.
-                for rest in sorted(queues):
-                    if rest > queue and rest in start:
-                        end[rest] = list(_pos(start[rest]))
-                break
         return dict(sorted(end.items()))
 
+    def _vanished(self, queue: str, start: Offset) -> None:
+        """A queue in the offsets whose files are all gone: lost, unless it was drained."""
+        hit = self._cache.pop(queue, None)
+        self._released.pop(queue, None)
+        if queue in start and hit is not None and _pos(start[queue]) < hit[1].end:
+            report_lost(self.options, hit[1], [(_pos(start[queue]), hit[1].end)])
+        else:
+            log.info("queue %r is gone; leaving it out of the offsets", queue)
+
     def reportLatestOffset(self) -> Offset | None:
-        """Where every selected queue ends now (for the query's progress report)."""
-        return {q: list(self._view(q).end) for q in self._queues()} or None
+        """Where every selected queue with unread records ends now (progress report)."""
+        listing = self._listing if self._listing is not None else self._list()
+        out = {q: list(v.end) for q, f in listing.items() if not (v := self._view(q, f)).drained}
+        return out or None
 
     # ------------------------------------------------------------- batches
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        """Segment spans between ``start`` and ``end``, one queue per partition."""
+        """Byte ranges between ``start`` and ``end``, packed into partitions by size."""
+        listing = self._listing if self._listing is not None else self._list()
         planned = []
         for queue in sorted(end):
-            view = self._view(queue)
+            files = listing.get(queue)
+            if files is None:
+                files = list_queues(self.options.path, queue.__eq__).get(queue)
+            if files is None:
+                self._vanished(queue, start)
+                continue
+            view = self._view(queue, files)
             begin = self._begin(queue, start, view)
-            planned.append((queue, spans_between(view, begin, _pos(end[queue]))))
+            planned.append((queue, self._spans(view, begin, _pos(end[queue]))))
         return group_spans(self.options, planned)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Rows of one partition, as in a batch read."""
         if not isinstance(partition, QueuePartition):
             return iter(())
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.columns)
 
     # ------------------------------------------------------------- consume
 
@@ -212,25 +339,25 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """Consume mode: release every queue up to ``end``; otherwise nothing.
 
         Raises QueueBusy (a QueueLocked) naming the queue and the holder's pid
-        if ``name`` is a single queue and a live DiskQueue has it open.
+        if ``name`` is a single queue that a live DiskQueue keeps open for
+        ``lockWait`` seconds.
         """
         if not self.options.consume:
             return
         self._release(end)
 
-    def _release_started(self, start: Offset) -> None:
-        # See the module docstring for why ``start`` is already in the sink.
-        self._release(start)
-
     def _release(self, offsets: Offset) -> None:
         for queue, pos in sorted(offsets.items()):
+            at = _pos(pos)
+            if self._released.get(queue) == at:
+                continue  # released already by this process
+            # A glob skips a held queue at once; a single name waits for its lock.
+            wait = 0.0 if is_glob(self.options.name) else self.options.lock_wait
             try:
-                release(self._layout(queue), _pos(pos), self.options.min_msg_size,
-                        self.options.max_msg_size, lock_wait=self.options.lock_wait)
+                release(self._layout(queue), at, self.options.min_msg_size,
+                        self.options.max_msg_size, lock_wait=wait)
+                self._released[queue] = at
             except QueueBusy as exc:
-                self._busy(exc)  # with a glob: released by a later call once it is free
-
-    def _busy(self, exc: QueueBusy) -> None:
-        if not is_glob(self.options.name):
-            raise exc
-        log.warning("%s; skipping it in this micro-batch", exc)
+                if not is_glob(self.options.name):
+                    raise
+                log.info("%s; releasing it once it is closed", exc)

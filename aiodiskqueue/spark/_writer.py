@@ -13,6 +13,13 @@ Commit protocol (batch and streaming):
    files are not touched before step 2, so a failed job leaves them byte for
    byte as they were.
 
+Cleaning up: the driver creates a batch job's staging directory, with the
+driver's host, JVM pid and start time in it; tasks never create it, so a task
+still running after its job ended (failed, or a speculative twin) finds it gone
+and drops its rows. Every write to a queue (even an empty one) removes the
+staging directories of jobs whose driver process is gone (a killed driver), as
+far as this host can tell, and anything older than a day.
+
 The one window that is not all or nothing: if the driver process dies during
 step 2, after some renames and before the meta is stored, the core's recovery
 finds the renamed segments on the next open (records past the meta's write
@@ -45,18 +52,17 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from .._format.layout import Layout
 from ..errors import MessageSizeError
 from . import _nsq
-from ._files import (
+from ._options import OptionError, SourceOptions, require_single_name
+from ._staging import (
     StagedFile,
     StagedWriter,
-    end_mark,
+    create_job_dir,
     link,
-    mark_end,
     remove_staged,
     remove_staging_dir,
     staging_dir,
     sweep_staging,
 )
-from ._options import OptionError, SourceOptions, require_single_name
 
 
 @dataclass(frozen=True)
@@ -118,23 +124,30 @@ def _payloads(batch: pa.RecordBatch, column: str, options: SourceOptions) -> lis
 
 
 def write_task(options: SourceOptions, job: str, column: str,
-               batches: Iterator[pa.RecordBatch]) -> StagedMessage:
-    """Stage one task's rows; remove what it staged if anything fails."""
+               batches: Iterator[pa.RecordBatch], create: bool) -> StagedMessage:
+    """Stage one task's rows; remove what it staged if anything fails.
+
+    ``create`` lets the task create the staging directory (streaming); a batch
+    task whose directory is gone belongs to a job that already ended, and
+    stages nothing.
+    """
     layout = Layout(options.path, require_single_name(options))
     where = staging_dir(layout, job)
-    writer = StagedWriter(where, options.max_bytes_per_file)
+    writer = StagedWriter(where, options.max_bytes_per_file, create)
     try:
         for batch in batches:
             writer.write(_payloads(batch, column, options))
         files = writer.close()
+    except FileNotFoundError:
+        writer.discard()
+        if create or os.path.isdir(where):
+            raise
+        return StagedMessage(())  # the job ended (failed, or a speculative twin won)
     except BaseException:
         writer.discard()
         raise
-    if os.path.exists(end_mark(where)):
-        # The job already ended without this attempt (it failed, or a speculative twin
-        # won): the driver may have swept the directory before these files existed.
-        remove_staged(files)
-        remove_staging_dir(where)
+    if not create and not os.path.isdir(where):
+        remove_staged(files)  # the job ended while this attempt ran
         return StagedMessage(())
     return StagedMessage(tuple(files))
 
@@ -154,18 +167,13 @@ class _Base:
         self.column = check_write_schema(options, schema)
         self.layout = Layout(options.path, self.name)
         self.job = uuid.uuid4().hex
+        create_job_dir(staging_dir(self.layout, self.job))
 
-    def _cleanup(self, messages: list[WriterCommitMessage | None], aborted: bool) -> None:
-        where = staging_dir(self.layout, self.job)
-        if aborted:
-            # Spark calls abort while tasks of the failed job may still run and finish.
-            # The mark makes them remove their own files: either they see it, or they
-            # wrote their files before it existed and the removal below gets them.
-            # (After a successful commit only speculative twins can be late; what they
-            # leave is swept a day later by sweep_staging.)
-            mark_end(where)
+    def _cleanup(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Spark calls abort while tasks of the failed job may still run: removing the
+        # directory makes them drop their rows (see write_task).
         remove_staged(_files(messages))
-        remove_staging_dir(where)
+        remove_staging_dir(staging_dir(self.layout, self.job))
         sweep_staging(self.layout)
 
 
@@ -174,7 +182,7 @@ class DiskQueueWriter(_Base, DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows."""
-        return write_task(self.options, self.job, self.column, iterator)
+        return write_task(self.options, self.job, self.column, iterator, create=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Link every staged file into the queue under its lock."""
@@ -182,11 +190,11 @@ class DiskQueueWriter(_Base, DataSourceArrowWriter):
             link(self.layout, _files(messages), self.options.min_msg_size,
                  self.options.max_msg_size, lock_wait=self.options.lock_wait)
         finally:
-            self._cleanup(messages, aborted=False)
+            self._cleanup(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Remove the staged files; the queue is untouched."""
-        self._cleanup(messages, aborted=True)
+        self._cleanup(messages)
 
 
 class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
@@ -222,7 +230,7 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows of the current micro-batch."""
-        return write_task(self.options, self.job, self.column, iterator)
+        return write_task(self.options, self.job, self.column, iterator, create=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Link the batch's files, unless batch ``batchId`` was already appended."""
@@ -231,9 +239,10 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
                  self.options.max_msg_size, (self.writer_key(), batchId),
                  lock_wait=self.options.lock_wait)
         finally:
-            # The staging directory is the query's, shared by its next batches: no end mark.
-            self._cleanup(messages, aborted=False)
+            self._cleanup(messages)
+            # The staging directory is the query's, used by its next batches again.
+            create_job_dir(staging_dir(self.layout, self.job))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Remove the batch's staged files (the query stops after an abort)."""
-        self._cleanup(messages, aborted=True)
+        self._cleanup(messages)

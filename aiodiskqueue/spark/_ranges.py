@@ -1,0 +1,180 @@
+"""Record boundaries inside a segment: splitting a span into byte ranges for
+parallel tasks, and reading a range as blocks of record offsets.
+
+A segment has no sync markers: a record boundary can only be found by walking
+the length fields from a known boundary. The driver walks each span it splits
+once (4-byte length fields only, no payload copies) and hands every task the
+exact first boundary of its range, so a task never reads from the start of a
+segment, and the ranges of one span cover it with no gap and no overlap. The
+walk of a span is cached in the driver process, keyed by the file's inode, so a
+second read of the same sealed segments costs nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .._format.codec import HEADER_SIZE
+from .._format.layout import Layout
+from ..errors import DiskQueueError
+from ._errors import corrupt_length
+from ._files import FileSpan
+
+log = logging.getLogger("aiodiskqueue.spark")
+
+WALK_CHUNK = 4 << 20
+_unpack = struct.Struct(">i").unpack_from
+
+_walks: dict[tuple[str, int, int, int], list[int]] = {}  # (path, inode, start, stop) -> cuts
+
+
+def walk_boundaries(path: str, start: int, stop: int, every: int,
+                    min_size: int, max_size: int, limit: int = -1) -> list[int]:
+    """Record boundaries in ``(start, stop)`` of a segment: the first at or past each
+    multiple of ``every`` bytes from ``start``, at most ``limit`` of them (no limit if
+    negative).
+
+    ``start`` must be a record boundary. The walk ends early (returning what
+    it found) at a length outside ``[min_size, max_size]`` or a record that
+    runs past ``stop``: the task reading that range reports the problem.
+    """
+    cuts: list[int] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        cut_at = start + every
+        while pos < stop:
+            buf = os.pread(fd, min(WALK_CHUNK, stop - pos), pos)
+            size = len(buf)
+            if size < HEADER_SIZE:
+                break
+            off = 0
+            last = size - HEADER_SIZE
+            while off <= last:
+                (n,) = _unpack(buf, off)
+                if n < min_size or n > max_size:
+                    return cuts
+                nxt = off + HEADER_SIZE + n
+                if nxt > size:
+                    break
+                off = nxt
+                if pos + off >= cut_at:
+                    cuts.append(pos + off)
+                    if len(cuts) == limit:
+                        return [c for c in cuts if c < stop]
+                    while cut_at <= pos + off:
+                        cut_at += every
+            if off == 0:
+                # A record longer than the chunk: its length field says where it ends.
+                (n,) = _unpack(buf, 0)
+                nxt = pos + HEADER_SIZE + n
+                if nxt > stop:
+                    return cuts
+                pos = nxt
+                if cut_at <= pos < stop:
+                    cuts.append(pos)
+                    if len(cuts) == limit:
+                        break
+                    while cut_at <= pos:
+                        cut_at += every
+                continue
+            pos += off
+    finally:
+        os.close(fd)
+    return [c for c in cuts if c < stop]
+
+
+def split_span(layout: Layout, span: FileSpan, target: int,
+               min_size: int, max_size: int) -> list[FileSpan]:
+    """``span`` cut at record boundaries into pieces of about ``target`` bytes."""
+    if span.size <= target:
+        return [span]
+    path = layout.segment_path(span.num)
+    try:
+        ino = os.stat(path).st_ino
+    except FileNotFoundError:
+        return [span]  # the task reports the missing file
+    key = (path, ino, span.start, span.stop)
+    cuts = _walks.get(key)
+    if cuts is None:
+        # A cut at the first boundary past each multiple of ``step``: as many pieces as
+        # a perfect split whenever each step holds a record boundary.
+        pieces = -(-span.size // target)
+        step = max(1, span.size // pieces)
+        cuts = walk_boundaries(path, span.start, span.stop, step, min_size, max_size,
+                               pieces - 1)
+        if len(_walks) > 4096:
+            _walks.clear()
+        _walks[key] = cuts
+    bounds = [span.start, *cuts, span.stop]
+    return [FileSpan(span.num, a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Whole records in ``buf``: record ``i`` starts at ``starts[i]`` (header included)
+    and ends at ``starts[i + 1]``; ``base`` is the file offset of ``buf[0]``."""
+
+    buf: bytes
+    base: int
+    starts: list[int]
+
+
+def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
+                chunk: int = WALK_CHUNK) -> Iterator[Block]:
+    """The records of ``span`` as blocks of about ``chunk`` bytes.
+
+    A record cut short ends the span with a warning (the core quarantines that
+    file when it reaches it). Raises CorruptionError at a length outside
+    ``[min_size, max_size]``, DiskQueueError if the segment is gone.
+    """
+    path = layout.segment_path(span.num)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise DiskQueueError(
+            f"{path} is gone before its records were read: another process consumed or "
+            f"removed queue {layout.name!r} under this job"
+        ) from None
+    try:
+        pos, stop = span.start, span.stop
+        while pos < stop:
+            want = min(chunk, stop - pos)
+            buf = os.pread(fd, want, pos)
+            size = len(buf)
+            starts: list[int] = []
+            append = starts.append
+            off = 0
+            limit = size - HEADER_SIZE
+            while off <= limit:
+                (n,) = _unpack(buf, off)
+                if n < min_size or n > max_size:
+                    if starts:
+                        append(off)
+                        yield Block(buf, pos, starts)
+                    raise corrupt_length(layout, path, pos + off, n, min_size, max_size)
+                nxt = off + HEADER_SIZE + n
+                if nxt > size:
+                    break
+                append(off)
+                off = nxt
+            if starts:
+                append(off)
+                yield Block(buf, pos, starts)
+                pos += off
+                continue
+            # Not one whole record in the chunk: a large record, or the end of the data.
+            if size >= HEADER_SIZE:
+                (n,) = _unpack(buf, 0)
+                if pos + HEADER_SIZE + n <= stop and want < HEADER_SIZE + n:
+                    chunk = HEADER_SIZE + n
+                    continue
+            log.warning("%s: torn record at byte %d; skipping the rest of this file", path, pos)
+            return
+    finally:
+        os.close(fd)

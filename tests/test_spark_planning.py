@@ -1,0 +1,294 @@
+"""Planning of the ``diskqueue`` source without a SparkSession: record ranges inside a
+segment, one directory listing per trigger, drained queues, held queues, removal.
+
+The reader classes are plain Python objects; these tests call them as Spark's
+driver would, so they need pyspark importable but start no JVM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiodiskqueue import DiskQueue
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue._format.lock import QueueLock
+from aiodiskqueue._format.meta import load_meta
+
+pytestmark = pytest.mark.spark
+
+pytest.importorskip("pyspark")
+
+import itertools
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from aiodiskqueue.spark import _files, _listing
+from aiodiskqueue.spark._errors import DataLoss, PathNotFound
+from aiodiskqueue.spark._files import FileSpan, iter_records, view_queue
+from aiodiskqueue.spark._options import OptionError, parse_options
+from aiodiskqueue.spark._ranges import iter_blocks, split_span
+from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition, read_partition
+from aiodiskqueue.spark._stream import DiskQueueStreamReader
+
+MAX = 1 << 20
+
+
+async def fill(directory: Path, name: str, items: list[bytes], **options: Any) -> None:
+    async with DiskQueue(directory, name, max_msg_size=MAX, **options) as q:
+        await q.put_many(items)
+
+
+def options(path: Path, name: str, **extra: str) -> Any:
+    return parse_options({"path": str(path), "name": name, **extra})
+
+
+def sequential(layout: Layout, spans: list[FileSpan]) -> list[tuple[int, int, bytes]]:
+    """``(file_num, offset, payload)`` of every record, read front to back."""
+    return [(num, end - 4 - len(p), p)
+            for recs in iter_records(layout, spans, 0, MAX) for p, num, end in recs]
+
+
+def rows_of(opts: Any, parts: list[QueuePartition]) -> list[tuple[str, int, int, bytes]]:
+    out = []
+    for part in parts:
+        for batch in read_partition(opts, part):
+            d = batch.to_pydict()
+            out += list(zip(d["name"], d["file_num"], d["offset"], d["payload"], strict=True))
+    return out
+
+
+# ------------------------------------------------------------------ ranges in a segment
+
+
+@pytest.mark.parametrize("pieces", [2, 3, 8, 50])
+def test_split_span_covers_every_record_once(tmp_path: Path, pieces: int) -> None:
+    rng = random.Random(pieces)
+    items = [bytes([i % 251]) * rng.choice([0, 1, 7, 100, 3000, 70_000]) for i in range(600)]
+    asyncio.run(fill(tmp_path, "q", items, max_bytes_per_file=1 << 30))
+    lay = Layout(str(tmp_path), "q")
+    view = view_queue(lay, 0, MAX)
+    (span,) = view.spans
+    parts = split_span(lay, span, -(-span.size // pieces), 0, MAX)
+    assert len(parts) == pieces
+    assert parts[0].start == span.start and parts[-1].stop == span.stop
+    assert all(a.stop == b.start for a, b in itertools.pairwise(parts))
+    want = sequential(lay, [span])
+    assert [(n, o, p) for n, o, p in sequential(lay, parts)] == want
+    # The Arrow path reads each piece from its own first boundary, in small blocks too.
+    got = []
+    for part in parts:
+        for block in iter_blocks(lay, part, 0, MAX, chunk=4096):
+            got += [(part.num, block.base + s) for s in block.starts[:-1]]
+    assert got == [(n, o) for n, o, _ in want]
+
+
+def test_batch_plan_min_partitions_splits_one_segment(tmp_path: Path) -> None:
+    items = [b"%09d" % i + b"x" * 91 for i in range(20_000)]
+    asyncio.run(fill(tmp_path, "big", items, max_bytes_per_file=1 << 30))
+    opts = options(tmp_path, "big", minPartitions="8")
+    parts = DiskQueueReader(opts).partitions()
+    assert len(parts) == 8
+    rows = rows_of(opts, parts)
+    assert [r[3] for r in rows] == items
+    lay = Layout(str(tmp_path), "big")
+    assert [(r[1], r[2]) for r in rows] == [(n, o) for n, o, _ in
+                                           sequential(lay, view_queue(lay, 0, MAX).spans)]
+
+
+# ------------------------------------------------------------------ loud on mistakes
+
+
+def test_missing_path_and_no_matching_queue(tmp_path: Path) -> None:
+    with pytest.raises(PathNotFound, match=r"\[PATH_NOT_FOUND\].*'.*nope' does not exist"):
+        DiskQueueReader(options(tmp_path / "nope", "q"))
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(PathNotFound, match=r"is not a directory"):
+        DiskQueueStreamReader(options(tmp_path / "file", "q"))
+    with pytest.raises(PathNotFound, match=r"holds no queue matching 'ev-\*'.*name='ev-\*'"):
+        DiskQueueReader(options(tmp_path, "ev-*"))
+    with pytest.raises(PathNotFound, match=r"holds no queue matching 'q'"):
+        DiskQueueStreamReader(options(tmp_path, "q", consume="true")).initialOffset()
+
+
+def test_unknown_option_lists_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"option 'maxRecordPerTrigger' is unknown; did you "
+                                          r"mean 'maxRecordsPerTrigger'\? valid options: "
+                                          r"path, name, .*maxRecordsPerTrigger"):
+        options(tmp_path, "q", maxRecordPerTrigger="10")
+
+
+def test_missing_middle_segment_is_data_loss(tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    items = [b"m%04d" % i for i in range(300)]
+    asyncio.run(fill(tmp_path, "q", items, max_bytes_per_file=900))
+    lay = Layout(str(tmp_path), "q")
+    os.remove(lay.segment_path(1))
+    with pytest.raises(DataLoss, match=r"data loss in queue 'q': the records between "
+                                       r"positions \[1, 0\] to \[2, 0\] are gone.*"
+                                       r"failOnDataLoss=false.*python -m aiodiskqueue repair"):
+        DiskQueueReader(options(tmp_path, "q")).partitions()
+    opts = options(tmp_path, "q", failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING, "aiodiskqueue.spark"):
+        rows = rows_of(opts, DiskQueueReader(opts).partitions())
+    per_file = 900 // 9
+    assert [r[3] for r in rows] == items[:per_file] + items[2 * per_file:]
+    assert "skipping them (failOnDataLoss=false)" in caplog.text
+
+
+# ------------------------------------------------------------------ many queues
+
+
+def drained_queues(directory: Path, count: int) -> None:
+    for k in range(count):
+        lay = Layout(str(directory), f"ev-{k:04d}")
+        with open(lay.segment_path(0), "wb") as f:
+            f.write(b"\x00\x00\x00\x01x")
+        with open(lay.meta_path, "wb") as f:
+            f.write(b"0\n0,5\n0,5\n")
+
+
+def test_one_listing_per_trigger_and_drained_queues_cost_no_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drained_queues(tmp_path, 200)
+    asyncio.run(fill(tmp_path, "ev-live", [b"l%03d" % i for i in range(100)]))
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+    start = reader.initialOffset()
+    assert list(start) == ["ev-live"]  # drained queues stay out of the offsets
+    end = reader.latestOffset(start, ReadMaxRows(40))
+    reader.partitions(start, end)
+    reader.commit(end)
+
+    scans: list[str] = []
+    metas: list[str] = []
+    real_scandir, real_load = os.scandir, _files.load_meta
+    monkeypatch.setattr(_listing.os, "scandir", lambda p: scans.append(p) or real_scandir(p))
+    monkeypatch.setattr(os, "listdir", lambda p: pytest.fail(f"listdir({p})"))
+    monkeypatch.setattr(_files, "load_meta", lambda p: metas.append(p) or real_load(p))
+    nxt = reader.latestOffset(end, ReadMaxRows(40))
+    reader.reportLatestOffset()  # Spark's order within a trigger
+    reader.partitions(end, nxt)
+    assert scans == [str(tmp_path)]
+    assert metas == [Layout(str(tmp_path), "ev-live").meta_path]  # the one that changed
+    assert nxt == {"ev-live": [0, 80 * 8]}
+
+
+def test_small_queues_share_partitions(tmp_path: Path) -> None:
+    for k in range(60):
+        asyncio.run(fill(tmp_path, f"ev-{k:03d}", [b"q%03d-%d" % (k, i) for i in range(10)]))
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true",
+                                           minPartitions="1", maxBytesPerPartition="2000"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    # 60 x 10 records of 10 bytes = 6,000 bytes: 3 partitions, not 60.
+    assert len(parts) == 3
+    assert all(isinstance(p, QueuePartition) for p in parts)
+    rows = rows_of(reader.options, list(parts))  # type: ignore[arg-type]
+    assert sorted(r[3] for r in rows) == sorted(b"q%03d-%d" % (k, i)
+                                                for k in range(60) for i in range(10))
+
+
+async def test_held_queue_takes_no_share_of_the_trigger_and_warns_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    await fill(tmp_path, "ev-a", [b"a%03d" % i for i in range(100)])
+    await fill(tmp_path, "ev-b", [b"b%03d" % i for i in range(100)])
+    holder = QueueLock(Layout(str(tmp_path), "ev-a").lock_path)
+    holder.acquire()
+    try:
+        reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+        start = reader.initialOffset()
+        with caplog.at_level(logging.WARNING, "aiodiskqueue.spark"):
+            end = reader.latestOffset(start, ReadMaxRows(100))
+            again = reader.latestOffset(start, ReadMaxRows(100))
+        # ev-b gets the whole budget; ev-a stays where it was.
+        assert end == again == {"ev-a": [0, 0], "ev-b": [0, 800]}
+        assert caplog.text.count("cannot consume queue 'ev-a'") == 1
+    finally:
+        holder.release()
+
+
+def test_drained_queue_removal_after_retention(tmp_path: Path) -> None:
+    drained_queues(tmp_path, 3)
+    asyncio.run(fill(tmp_path, "ev-unread", [b"u"]))
+    old = time.time() - 3600
+    for p in tmp_path.iterdir():
+        os.utime(p, (old, old))
+    held = QueueLock(Layout(str(tmp_path), "ev-0001").lock_path)
+    held.acquire()
+    try:
+        off = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+        off.latestOffset(off.initialOffset(), ReadAllAvailable())
+        assert len(list(tmp_path.glob("ev-0000.*"))) == 2  # default: never removed
+        reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true",
+                                               removeDrainedAfter="600"))
+        start = reader.initialOffset()
+        reader.latestOffset(start, ReadAllAvailable())
+    finally:
+        held.release()
+    assert not list(tmp_path.glob("ev-0000.*")) and not list(tmp_path.glob("ev-0002.*"))
+    assert Layout(str(tmp_path), "ev-0001").segments()  # held: kept
+    meta = load_meta(Layout(str(tmp_path), "ev-unread").meta_path)
+    assert meta is not None and meta.depth == 1  # unread data: kept
+
+
+def test_failed_data_loss_names_what_is_gone_in_a_stream(tmp_path: Path) -> None:
+    asyncio.run(fill(tmp_path, "q", [b"s%03d" % i for i in range(100)], max_bytes_per_file=200))
+    reader = DiskQueueStreamReader(options(tmp_path, "q"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(10))
+    for num in (0, 1):
+        os.remove(Layout(str(tmp_path), "q").segment_path(num))
+    fresh = DiskQueueStreamReader(options(tmp_path, "q"))
+    with pytest.raises(DataLoss, match=r"positions \[0, 0\] to \[0, 80\] are gone"):
+        fresh.partitions(start, end)
+    lenient = DiskQueueStreamReader(options(tmp_path, "q", failOnDataLoss="false"))
+    assert lenient.partitions(start, end) == []
+    nxt = lenient.latestOffset(end, ReadMaxRows(10))
+    assert nxt == {"q": [2, 80]}  # from the oldest record still there
+
+
+def test_trigger_limit_goes_round_the_queues(tmp_path: Path) -> None:
+    for name in ("ev-a", "ev-b", "ev-c"):
+        asyncio.run(fill(tmp_path, name, [b"%s%03d" % (name.encode(), i) for i in range(100)]))
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*"))
+    start = reader.initialOffset()
+    # 11-byte records: a queue's 100 records end at byte 1100.
+    first = reader.latestOffset(start, ReadMaxRows(150))
+    assert first == {"ev-a": [0, 1100], "ev-b": [0, 550], "ev-c": [0, 0]}
+    second = reader.latestOffset(first, ReadMaxRows(150))
+    assert second == {"ev-a": [0, 1100], "ev-b": [0, 1100], "ev-c": [0, 1100]}
+
+
+def test_releasing_a_removed_queue_does_not_create_it_again(tmp_path: Path) -> None:
+    drained_queues(tmp_path, 1)
+    lay = Layout(str(tmp_path), "ev-0000")
+    for p in tmp_path.iterdir():
+        os.utime(p, (time.time() - 3600,) * 2)
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true",
+                                           removeDrainedAfter="1"))
+    start = {"ev-0000": [0, 5]}  # the end of the batch before, as Spark passes it
+    reader.latestOffset(start, ReadAllAvailable())
+    assert not list(tmp_path.glob("ev-0000.*"))
+    reader.commit(start)  # Spark commits the batch before after planning the next one
+    assert not list(tmp_path.glob("ev-0000.*"))
+    assert not os.path.exists(lay.meta_path)
+
+
+def test_partition_size_follows_spark_file_sources(tmp_path: Path) -> None:
+    cpus = os.cpu_count() or 1
+    default = options(tmp_path, "q")
+    # A small micro-batch stays one partition; a large read is spread over the CPUs.
+    assert default.partition_bytes(300_000) == 4 << 20
+    assert default.partition_bytes(cpus * (64 << 20)) == 64 << 20
+    assert default.partition_bytes(10 << 30) == 128 << 20
+    # An explicit minPartitions is honoured however small the read.
+    assert options(tmp_path, "q", minPartitions="8").partition_bytes(21_000_000) == 2_625_000
+    assert options(tmp_path, "q", maxBytesPerPartition="1000").partition_bytes(300_000) == 1000
