@@ -37,8 +37,9 @@ def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 class _IOLog:
-    """Record the store's pwrite and fdatasync/fsync calls, and the write lane's batches
-    (a batch sent with ``sync`` counts as synced once the lane reports it done), in order."""
+    """Record the store's pwrite and fdatasync/fsync calls, and the write lane's batches,
+    inline ones too (a batch sent with ``sync`` counts as synced once the lane reports it
+    done), in order."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, bytes]] = []
@@ -75,6 +76,14 @@ class _IOLog:
             return fut
 
         mp.setattr(_lane.WriteLane, "submit", lane_submit)
+        write_now = _lane.WriteLane.write_now
+
+        def lane_write_now(lane: _lane.WriteLane, fd: int, payloads: list[bytes],
+                           offset: int) -> Any:
+            self.events.append(("write", b"".join(payloads)))
+            return write_now(lane, fd, payloads, offset)
+
+        mp.setattr(_lane.WriteLane, "write_now", lane_write_now)
 
     def synced(self, payload: bytes) -> bool:
         """Whether a write holding ``payload`` was followed by an fsync."""

@@ -26,9 +26,11 @@ from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
 from ..errors import DiskQueueError
+from . import inline as _inline
 from . import lane as _lane
 from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
 from .iothread import Hop, IOThread
+from .lane import LaneResult
 from .options import Options
 from .store import Job, JobResult, OpenState, SegmentStore
 
@@ -85,6 +87,9 @@ class Engine(QueueBuffers):
         self._lane_error: OSError | None = None  # a lane write failed: reset the writer
         self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
         self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
+        self._flush_soon = False  # inline.flush is scheduled for this loop iteration
+        self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
+        self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -197,8 +202,11 @@ class Engine(QueueBuffers):
 
         Hops on the write lane and on the I/O thread never overlap: the lane only
         appends inside the current segment, everything else (rolling files, meta,
-        reads) runs on the I/O thread once the lane is idle.
+        reads) runs on the I/O thread once the lane is idle. Nothing is sent while an
+        inline write is scheduled: it decides whether a hop is needed.
         """
+        if self._flush_soon:
+            return None
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
         if flights and flights[-1].lane is not None:
@@ -215,10 +223,33 @@ class Engine(QueueBuffers):
             return self._dispatch_lane(job, self.write_at[1], size)
         return self._dispatch(job)
 
-    def kick(self) -> None:
-        """Called when a put lands in an empty pending batch: send it at once if the
-        ioLoop is parked between hops, or as a second lane write while one runs, so the
-        writer works while the loop runs the producers."""
+    def kick(self) -> bool:
+        """Called when a put lands in an empty pending batch. With nothing in flight,
+        schedule an inline write at the end of this loop iteration and return True (the
+        ioLoop need not wake); else send the batch as a second lane write while one
+        runs, so the writer works while the loop runs the producers."""
+        if _inline.can_schedule(self):
+            if not self._flush_soon:
+                self._flush_soon = True
+                self.loop.call_soon(_inline.flush, self)  # type: ignore[union-attr]
+            return True
+        self._kick_lane()
+        return False
+
+    def inline_failed(self, payloads: list[bytes], waiters: list[asyncio.Future[None]],
+                      file_num: int, pos: int, size: int, outcome: LaneResult) -> None:
+        """Apply an inline write that failed as a failed lane write: its batch fails,
+        and the ioLoop wakes to cut the segment back before anything else is written."""
+        done: Hop[Any] = Hop(loop=self.loop)  # stands in for a hop that already ran
+        done.set_result(None)
+        flight = _Flight(Job(payloads=payloads), done, self.epoch, waiters, [],
+                         _LaneWrite(file_num, pos, size))
+        self._apply(flight, self._lane_result(flight, outcome))
+        wake(self.put_req)
+
+    def _kick_lane(self) -> None:
+        """Send the pending batch to the write lane now if it may go: as the first hop
+        while the ioLoop is parked, or chained behind a lane write in flight."""
         flights = self._flights
         if len(flights) >= _MAX_FLIGHTS or self.sync_every == 1:
             # With sync_every=1 a batch sent now would pay an fsync for this put alone:
@@ -294,15 +325,16 @@ class Engine(QueueBuffers):
         else:
             self._apply(flight, self._lane_result(flight))
 
-    def _lane_result(self, flight: _Flight) -> JobResult:
-        """Turn a lane flight's (written, write errno, sync errno) into a JobResult.
+    def _lane_result(self, flight: _Flight, outcome: LaneResult | None = None) -> JobResult:
+        """Turn a lane flight's (written, write errno, sync errno), its future's result
+        unless ``outcome`` is given (an inline write), into a JobResult.
 
         A failed write fails every lane batch queued behind it too: their offsets
         assumed it succeeded. The next hop on the I/O thread cuts the segment back.
         """
         lw, job = flight.lane, flight.job
         assert lw is not None and job.payloads is not None
-        _written, werr, serr = flight.fut.result()
+        _written, werr, serr = outcome if outcome is not None else flight.fut.result()
         st = self.store
         res = JobResult()
         if werr or self._lane_error is not None:

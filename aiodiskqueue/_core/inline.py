@@ -1,0 +1,121 @@
+"""Inline writes: small batches written on the event loop's thread, no hand-off.
+
+A single producer awaiting each ``put()`` leaves the loop with nothing to do while
+its record is written, so handing the write to another thread only adds the
+hand-off: on a VM whose idle vCPUs halt, a thread wake-up costs tens of
+microseconds, and the writer that polls instead to avoid it keeps a second core
+busy. So when a put lands in an empty batch while nothing is in flight, the engine
+schedules :func:`flush` at the end of the loop iteration (``call_soon``): the
+producers that were ready in the same iteration append their puts first and share
+one ``pwritev`` (records framed in C, the GIL released while it runs). Then the
+batch's bookkeeping is applied and its producers are woken by the same callback.
+``await put()`` still returns only after its record is written to the OS.
+
+What stays off the loop: batches over :data:`INLINE_MAX` bytes (the native writer
+thread writes them while the loop runs), every ``fdatasync``, the meta file, rolling
+to a new segment, reads, and the first write after a failed one (the I/O thread cuts
+the segment back). If the kernel starts throttling writes (:data:`INLINE_SLOW`
+inline writes in a row slower than :data:`INLINE_STALL`), the next batches go to
+the writer thread for :data:`INLINE_BACKOFF` seconds, so other tasks on the loop
+are not held up behind the disk.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from .._format.codec import HEADER_SIZE, index
+from .buffers import Lifecycle, succeed, wake
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+#: A batch of at most this many bytes (records, headers included) is written inline.
+INLINE_MAX = 128 * 1024
+#: An inline write slower than this (seconds) counts as slow.
+INLINE_STALL = 0.01
+#: This many slow inline writes in a row (one may just be the thread losing its CPU on
+#: a busy machine) send the next batches to the writer thread ...
+INLINE_SLOW = 3
+#: ... for this many seconds.
+INLINE_BACKOFF = 1.0
+
+_LIVE = (Lifecycle.OPEN, Lifecycle.SHUTDOWN)
+
+
+def can_schedule(e: Engine) -> bool:
+    """May a put that landed in an empty batch be left to :func:`flush`? Only while
+    nothing is in flight and the ioLoop is parked, and never with ``sync_every=1``
+    (there the puts the ioLoop gathers share one fsync)."""
+    return (not e._flights and e._parked and e.sync_every != 1 and e._kick_error is None
+            and e.lane is not None)
+
+
+def flush(e: Engine) -> None:
+    """Write ``e``'s pending batch now if it is small and nothing else is due; else send
+    it to the write lane or wake the ioLoop, as a put did before inline writes."""
+    e._flush_soon = False
+    size = e.pending_bytes
+    if not size:
+        return
+    lane, fd = e.lane, e.store.writer_fd
+    file_num, pos = e.write_at
+    if (e._flights or not e._parked or size > INLINE_MAX or lane is None or fd is None
+            or e._lane_error is not None or e._kick_error is not None
+            or e.state not in _LIVE or pos + size > e.store.max_bytes
+            or (e._inline_off_until and time.perf_counter() < e._inline_off_until)
+            or e._full_hop_due()):
+        e._kick_lane()
+        wake(e.put_req)
+        return
+    payloads, waiters = e.pending, e.put_waiters
+    e.pending, e.put_waiters, e.pending_bytes = [], [], 0
+    n = len(payloads)
+    e.since_sync += n
+    t0 = time.perf_counter()
+    try:
+        _written, werr, _ = lane.write_now(fd, payloads, pos)
+    except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
+        e._batch_waiters = waiters  # failed by the ioLoop's close
+        e._kick_error = exc
+        wake(e.put_req)
+        return
+    _pace(e, time.perf_counter() - t0)
+    e._lane_end = pos + size
+    if werr:
+        e.inline_failed(payloads, waiters, file_num, pos, size, (_written, werr, 0))
+        return
+    # The success case of Engine._apply for a lane append, without the hop's objects.
+    st = e.store
+    st.appended(size, False)
+    e.write_at = (file_num, pos + size)
+    e.bytes_on_disk = st.bytes_on_disk
+    e.unwritten -= n
+    e.depth += n
+    if (e.read_at == (file_num, pos) and e.corruption is None
+            and e.ready_bytes + size <= e.opts.read_buffer_bytes):
+        # The reader has caught up to this batch: hand it over, no read needed.
+        e.ready.extend(index(payloads, list(map(len, payloads)), file_num, pos))
+        e.ready_bytes += size - HEADER_SIZE * n
+        e.read_at = e.write_at
+    succeed(waiters)
+    if e.putters:
+        for _ in range(min(len(e.putters), max(0, e.maxsize - e.qsize()))):
+            wake(e.putters.popleft())
+    if e.ready and e.getters:
+        for _ in range(min(len(e.ready), len(e.getters))):
+            wake(e.getters.popleft())
+    if e.timer is None or e.timer.done():
+        wake(e.put_req)  # the ioLoop arms the periodic sync timer
+
+
+def _pace(e: Engine, took: float) -> None:
+    """Count slow inline writes; after INLINE_SLOW in a row, back off to the writer thread."""
+    if took > INLINE_STALL:
+        e._inline_slow += 1
+        if e._inline_slow >= INLINE_SLOW:
+            e._inline_slow = 0
+            e._inline_off_until = time.perf_counter() + INLINE_BACKOFF
+    else:
+        e._inline_slow = 0
