@@ -124,9 +124,10 @@ async def test_sync_every_n_fsyncs_by_count(make_queue: MakeQueue,
     q = await make_queue(sync_every=10, sync_interval=3600.0)
     for i in range(100):
         await q.put(b"%02d" % i)
-    # One round per 10 puts (plus the first round after open); none by the timer.
+    # One round per 10 puts (plus the first round after open); none by the timer. With
+    # inline writes a round starts after 5 puts, beside the next ones: up to one per 5.
     rounds = q.statistics().syncs
-    assert 10 <= rounds <= 12, rounds
+    assert 10 <= rounds <= (22 if write_path == "native" else 12), rounds
     assert sum(k == "sync" for k, _ in io.events) >= rounds
     assert io.synced(b"89")  # covered by the round at the 90th put at the latest
 

@@ -377,3 +377,70 @@ async def test_inline_writes_alone_still_get_the_periodic_sync(make_queue: MakeQ
         await asyncio.sleep(0.02)
     meta, st = read_meta(tmp_path, "q"), q.statistics()
     assert (meta.depth, meta.write_file, meta.write_pos) == (2, st.write_file_num, st.write_pos)
+
+
+class _HeldSync:
+    """Hold the store's sync (fdatasync and meta) of the I/O thread until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import threading
+
+        from aiodiskqueue._core import store as _store
+        self.release = threading.Event()
+        self.started = threading.Event()
+        real = _store.SegmentStore.sync
+
+        def sync(store: Any, meta: Any) -> None:
+            self.started.set()
+            self.release.wait(10)
+            real(store, meta)
+
+        monkeypatch.setattr(_store.SegmentStore, "sync", sync)
+
+
+async def test_producers_do_not_wait_for_the_sync_round(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = await make_queue(sync_every=20, sync_interval=3600.0)
+    await q.put(b"first")  # creates the segment and stores the first meta
+    held = _HeldSync(monkeypatch)
+    before = q.statistics().syncs
+    # At 10 puts (half of sync_every) a sync round starts on the I/O thread, held there;
+    # 9 more puts are written inline beside it, each on disk when its put() returns ...
+    for i in range(19):
+        await asyncio.wait_for(q.put(b"m%02d" % i), 5)
+        assert records((tmp_path / seg_name("q", 0)).read_bytes())[-1] == b"m%02d" % i
+    assert await asyncio.to_thread(held.started.wait, 5)  # the round did start ...
+    assert q.statistics().syncs == before  # ... and is still held
+    # ... but no more: the next one would leave sync_every messages not fsynced.
+    last = asyncio.create_task(q.put(b"m19"))
+    await asyncio.sleep(0.2)
+    assert not last.done()
+    held.release.set()
+    await asyncio.wait_for(last, 5)
+    await q.sync()
+    assert q.statistics().syncs > before
+    assert [await q.get() for _ in range(21)] == [b"first"] + [b"m%02d" % i for i in range(20)]
+
+
+async def test_a_sync_round_beside_inline_writes_stores_a_consistent_meta(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers_format import read_meta
+    q = await make_queue(sync_every=10, sync_interval=3600.0)
+    await q.put(b"first")
+    await q.get()  # the read position moves: the next sync round stores a meta
+    held = _HeldSync(monkeypatch)
+    for i in range(15):  # the round at the 10th put is held; 5 more puts run beside it
+        await q.put(b"m%02d" % i)
+    held.release.set()
+    for _ in range(250):
+        if q.statistics().syncs and read_meta(tmp_path, "q").read_pos > 0:
+            break
+        await asyncio.sleep(0.02)
+    meta = read_meta(tmp_path, "q")
+    data = (tmp_path / seg_name("q", 0)).read_bytes()
+    # The meta stored is one snapshot: its depth is exactly the records between its
+    # read and write positions, though more records were written while it was stored.
+    assert meta.read_pos == 4 + len(b"first")
+    assert len(records(data[meta.read_pos:meta.write_pos])) == meta.depth
+    assert meta.write_pos < len(data)
+    assert q.qsize() == 15

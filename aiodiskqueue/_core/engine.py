@@ -90,6 +90,9 @@ class Engine(QueueBuffers):
         self._flush_soon = False  # inline.flush is scheduled for this loop iteration
         self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
         self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
+        self._beside: _Flight | None = None  # a sync round that inline writes run beside
+        self._deferred = 0  # bytes written inline beside it, not yet told to the store
+        self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -205,7 +208,7 @@ class Engine(QueueBuffers):
         reads) runs on the I/O thread once the lane is idle. Nothing is sent while an
         inline write is scheduled: it decides whether a hop is needed.
         """
-        if self._flush_soon:
+        if self._flush_soon or self._beside is not None:
             return None
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
@@ -221,7 +224,11 @@ class Engine(QueueBuffers):
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
             return self._dispatch_lane(job, self.write_at[1], size)
-        return self._dispatch(job)
+        flight = self._dispatch(job)
+        if (not flights and self.native_lane and job.payloads is None and job.read_from is None
+                and not job.reset_writer):
+            self._beside = flight  # a sync round only: inline writes may run beside it
+        return flight
 
     def kick(self) -> bool:
         """Called when a put lands in an empty pending batch. With nothing in flight,
@@ -244,7 +251,10 @@ class Engine(QueueBuffers):
         done.set_result(None)
         flight = _Flight(Job(payloads=payloads), done, self.epoch, waiters, [],
                          _LaneWrite(file_num, pos, size))
-        self._apply(flight, self._lane_result(flight, outcome))
+        res = self._lane_result(flight, outcome)
+        if self._beside is not None:  # the store does not know the writes beside it yet
+            res.write_at, res.bytes_on_disk = self.write_at, self.bytes_on_disk
+        self._apply(flight, res)
         wake(self.put_req)
 
     def _kick_lane(self) -> None:
@@ -279,14 +289,38 @@ class Engine(QueueBuffers):
         forever and starve syncs and reads."""
         if self.sync_waiters or self._force_meta or self.purge_waiters:
             return True
+        return self._sync_round_due() or self._read_due()
+
+    def _sync_round_due(self) -> bool:
+        """Is the periodic sync round due: by count (the pending puts included) or time?"""
         if self.since_sync + len(self.pending) >= self.sync_every:
             return True
         loop = self.loop
         assert loop is not None
-        if loop.time() >= self._sync_due_at and (self.since_sync > 0 or self._meta_changed()):
-            return True
+        return loop.time() >= self._sync_due_at and (self.since_sync > 0 or self._meta_changed())
+
+    def _read_due(self) -> bool:
+        """Does a consumer that fell behind the writer need a read ahead?"""
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
+
+    def sync_beside(self) -> None:
+        """Send the due sync round (fdatasync, the meta) to the I/O thread as a hop of its
+        own; while it runs, inline writes go on beside it, so producers never wait for
+        its fdatasync. What it stores was written before it started: its meta is taken
+        before the writes beside it reach the store (see ``_complete``).
+
+        Such a round starts at half of ``sync_every``, and puts go on beside it only up
+        to the other half: at most ``sync_every`` messages are ever not yet fsynced.
+        """
+        self._sync_at = _inline.half(self)
+        try:
+            flight = self._next_flight()
+        finally:
+            self._sync_at = self.sync_every
+        if flight is not None:
+            self._flights.append(flight)
+            wake(self.put_req)
 
     def _lane_fits(self, pos: int, size: int, sync: bool) -> bool:
         """Can a batch of ``size`` bytes go to the write lane as an append at ``pos``
@@ -320,7 +354,18 @@ class Engine(QueueBuffers):
 
     def _complete(self, flight: _Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised)."""
-        if flight.lane is None:
+        if flight is self._beside:
+            # The sync round is done: the store takes the writes that ran beside it.
+            self._beside = None
+            st = self.store
+            if self._deferred:
+                st.appended(self._deferred, False)
+                self._deferred = 0
+            res: JobResult = flight.fut.result()
+            res.write_at = (st.write_file, st.write_pos)
+            res.bytes_on_disk = st.bytes_on_disk
+            self._apply(flight, res)
+        elif flight.lane is None:
             self._apply(flight, flight.fut.result())
         else:
             self._apply(flight, self._lane_result(flight))
@@ -433,7 +478,7 @@ class Engine(QueueBuffers):
         dirty = self.since_sync > 0 or self._meta_changed()
         force = (self._force_meta or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
-        if (force or self.since_sync >= self.sync_every) and (dirty or self.sync_waiters):
+        if (force or self.since_sync >= self._sync_at) and (dirty or self.sync_waiters):
             job.sync = True
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []

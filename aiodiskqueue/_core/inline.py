@@ -18,6 +18,12 @@ the segment back). If the kernel starts throttling writes (:data:`INLINE_SLOW`
 inline writes in a row slower than :data:`INLINE_STALL`), the next batches go to
 the writer thread for :data:`INLINE_BACKOFF` seconds, so other tasks on the loop
 are not held up behind the disk.
+
+The periodic sync round does not hold producers up either: once half of
+``sync_every`` puts are written, the round (``fdatasync``, the meta file) starts on
+the I/O thread and inline writes go on beside it for up to the other half. Its meta
+is the state before those writes (the store learns of them when the round is done),
+and at most ``sync_every`` messages are ever written but not yet fsynced, as before.
 """
 
 from __future__ import annotations
@@ -46,10 +52,17 @@ _LIVE = (Lifecycle.OPEN, Lifecycle.SHUTDOWN)
 
 def can_schedule(e: Engine) -> bool:
     """May a put that landed in an empty batch be left to :func:`flush`? Only while
-    nothing is in flight and the ioLoop is parked, and never with ``sync_every=1``
-    (there the puts the ioLoop gathers share one fsync)."""
-    return (not e._flights and e._parked and e.sync_every != 1 and e._kick_error is None
-            and e.lane is not None)
+    nothing is in flight but a sync round (the ioLoop parked otherwise), and never with
+    ``sync_every=1`` (there the puts the ioLoop gathers share one fsync)."""
+    return (_free(e) and e.sync_every != 1 and e._kick_error is None and e.lane is not None)
+
+
+def _free(e: Engine) -> bool:
+    """Nothing but a sync round running beside inline writes is in flight."""
+    flights = e._flights
+    if not flights:
+        return e._parked
+    return len(flights) == 1 and flights[0] is e._beside
 
 
 def flush(e: Engine) -> None:
@@ -61,14 +74,17 @@ def flush(e: Engine) -> None:
         return
     lane, fd = e.lane, e.store.writer_fd
     file_num, pos = e.write_at
-    if (e._flights or not e._parked or size > INLINE_MAX or lane is None or fd is None
+    if (not _free(e) or size > INLINE_MAX or lane is None or fd is None
             or e._lane_error is not None or e._kick_error is not None
             or e.state not in _LIVE or pos + size > e.store.max_bytes
             or (e._inline_off_until and time.perf_counter() < e._inline_off_until)
-            or e._full_hop_due()):
+            or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
+            or (e._beside is not None and e.since_sync + len(e.pending) >= half(e))):
         e._kick_lane()
         wake(e.put_req)
         return
+    sync_due = e._beside is None and (e.since_sync + len(e.pending) >= half(e)
+                                      or e._sync_round_due())
     payloads, waiters = e.pending, e.put_waiters
     e.pending, e.put_waiters, e.pending_bytes = [], [], 0
     n = len(payloads)
@@ -87,10 +103,14 @@ def flush(e: Engine) -> None:
         e.inline_failed(payloads, waiters, file_num, pos, size, (_written, werr, 0))
         return
     # The success case of Engine._apply for a lane append, without the hop's objects.
-    st = e.store
-    st.appended(size, False)
+    if e._beside is None:
+        st = e.store
+        st.appended(size, False)
+        e.bytes_on_disk = st.bytes_on_disk
+    else:  # the store takes it when the sync round beside which it ran is done
+        e._deferred += size
+        e.bytes_on_disk += size
     e.write_at = (file_num, pos + size)
-    e.bytes_on_disk = st.bytes_on_disk
     e.unwritten -= n
     e.depth += n
     if (e.read_at == (file_num, pos) and e.corruption is None
@@ -106,8 +126,17 @@ def flush(e: Engine) -> None:
     if e.ready and e.getters:
         for _ in range(min(len(e.ready), len(e.getters))):
             wake(e.getters.popleft())
-    if e.timer is None or e.timer.done():
+    if sync_due:
+        e.sync_beside()
+    elif e.timer is None or e.timer.done():
         wake(e.put_req)  # the ioLoop arms the periodic sync timer
+
+
+def half(e: Engine) -> int:
+    """Puts after which a sync round starts beside inline writes, and how many may be
+    written beside it: half of ``sync_every`` each, so never more than ``sync_every``
+    messages are not yet fsynced."""
+    return max(1, e.sync_every // 2)
 
 
 def _pace(e: Engine, took: float) -> None:
