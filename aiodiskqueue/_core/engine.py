@@ -243,20 +243,6 @@ class Engine(QueueBuffers):
         self._kick_lane()
         return False
 
-    def inline_failed(self, payloads: list[bytes], waiters: list[asyncio.Future[None]],
-                      file_num: int, pos: int, size: int, outcome: LaneResult) -> None:
-        """Apply an inline write that failed as a failed lane write: its batch fails,
-        and the ioLoop wakes to cut the segment back before anything else is written."""
-        done: Hop[Any] = Hop(loop=self.loop)  # stands in for a hop that already ran
-        done.set_result(None)
-        flight = _Flight(Job(payloads=payloads), done, self.epoch, waiters, [],
-                         _LaneWrite(file_num, pos, size))
-        res = self._lane_result(flight, outcome)
-        if self._beside is not None:  # the store does not know the writes beside it yet
-            res.write_at, res.bytes_on_disk = self.write_at, self.bytes_on_disk
-        self._apply(flight, res)
-        wake(self.put_req)
-
     def _kick_lane(self) -> None:
         """Send the pending batch to the write lane now if it may go: as the first hop
         while the ioLoop is parked, or chained behind a lane write in flight."""
@@ -304,24 +290,6 @@ class Engine(QueueBuffers):
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
 
-    def sync_beside(self) -> None:
-        """Send the due sync round (fdatasync, the meta) to the I/O thread as a hop of its
-        own; while it runs, inline writes go on beside it, so producers never wait for
-        its fdatasync. What it stores was written before it started: its meta is taken
-        before the writes beside it reach the store (see ``_complete``).
-
-        Such a round starts at half of ``sync_every``, and puts go on beside it only up
-        to the other half: at most ``sync_every`` messages are ever not yet fsynced.
-        """
-        self._sync_at = _inline.half(self)
-        try:
-            flight = self._next_flight()
-        finally:
-            self._sync_at = self.sync_every
-        if flight is not None:
-            self._flights.append(flight)
-            wake(self.put_req)
-
     def _lane_fits(self, pos: int, size: int, sync: bool) -> bool:
         """Can a batch of ``size`` bytes go to the write lane as an append at ``pos``
         (followed by an fdatasync if ``sync``)?"""
@@ -355,16 +323,7 @@ class Engine(QueueBuffers):
     def _complete(self, flight: _Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised)."""
         if flight is self._beside:
-            # The sync round is done: the store takes the writes that ran beside it.
-            self._beside = None
-            st = self.store
-            if self._deferred:
-                st.appended(self._deferred, False)
-                self._deferred = 0
-            res: JobResult = flight.fut.result()
-            res.write_at = (st.write_file, st.write_pos)
-            res.bytes_on_disk = st.bytes_on_disk
-            self._apply(flight, res)
+            self._apply(flight, _inline.settle(self, flight))
         elif flight.lane is None:
             self._apply(flight, flight.fut.result())
         else:

@@ -33,9 +33,14 @@ from typing import TYPE_CHECKING
 
 from .._format.codec import HEADER_SIZE, index
 from .buffers import Lifecycle, succeed, wake
+from .iothread import Hop
+from .lane import LaneResult
+from .store import Job, JobResult
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    import asyncio
+
+    from .engine import Engine, _Flight
 
 #: A batch of at most this many bytes (records, headers included) is written inline.
 INLINE_MAX = 128 * 1024
@@ -100,7 +105,7 @@ def flush(e: Engine) -> None:
     _pace(e, time.perf_counter() - t0)
     e._lane_end = pos + size
     if werr:
-        e.inline_failed(payloads, waiters, file_num, pos, size, (_written, werr, 0))
+        _failed(e, payloads, waiters, file_num, pos, size, (_written, werr, 0))
         return
     # The success case of Engine._apply for a lane append, without the hop's objects.
     if e._beside is None:
@@ -127,9 +132,55 @@ def flush(e: Engine) -> None:
         for _ in range(min(len(e.ready), len(e.getters))):
             wake(e.getters.popleft())
     if sync_due:
-        e.sync_beside()
+        start_sync_round(e)
     elif e.timer is None or e.timer.done():
         wake(e.put_req)  # the ioLoop arms the periodic sync timer
+
+
+def start_sync_round(e: Engine) -> None:
+    """Send the due sync round (fdatasync, the meta) to the I/O thread as a hop of its
+    own; while it runs, inline writes go on beside it, so producers never wait for its
+    fdatasync. What it stores was written before it started: its meta is taken before
+    the writes beside it reach the store (see :func:`settle`)."""
+    e._sync_at = half(e)  # the round is due at half of sync_every
+    try:
+        flight = e._next_flight()  # marks it as the round beside inline writes
+    finally:
+        e._sync_at = e.sync_every
+    if flight is not None:
+        e._flights.append(flight)
+        wake(e.put_req)
+
+
+def settle(e: Engine, flight: _Flight) -> JobResult:
+    """The sync round beside inline writes is done: the store takes those writes now;
+    the round's result, with the write position they reached (raises what it raised)."""
+    e._beside = None
+    st = e.store
+    if e._deferred:
+        st.appended(e._deferred, False)
+        e._deferred = 0
+    res: JobResult = flight.fut.result()
+    res.write_at = (st.write_file, st.write_pos)
+    res.bytes_on_disk = st.bytes_on_disk
+    return res
+
+
+def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
+            file_num: int, pos: int, size: int, outcome: LaneResult) -> None:
+    """Apply an inline write that failed as a failed lane write: its batch fails, and
+    the ioLoop wakes to cut the segment back before anything else is written."""
+    from .engine import _Flight, _LaneWrite
+
+    done: Hop[None] = Hop(loop=e.loop)  # stands in for a hop that already ran
+    done.set_result(None)
+    flight = _Flight(Job(payloads=payloads), done, e.epoch, waiters, [],
+                     _LaneWrite(file_num, pos, size))
+    res = e._lane_result(flight, outcome)
+    if e._beside is not None:  # the store does not know the writes beside it yet
+        res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
+    e._apply(flight, res)
+    wake(e.put_req)
 
 
 def half(e: Engine) -> int:
