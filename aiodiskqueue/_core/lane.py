@@ -8,7 +8,8 @@ compiler is present) only writes a batch of payloads as records at an offset
 before it sleeps, and reports completions through an eventfd the event loop
 watches. The engine sends
 it appends that stay inside the current segment and keeps everything else on the
-I/O thread; the two never run at the same time.
+I/O thread; the two never run at the same time. A small batch sent while nothing is in
+flight is written by the loop's own thread instead (``write_now``, see ``inline.py``).
 
 Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write through the I/O thread only.
 """
