@@ -240,33 +240,8 @@ class Engine(QueueBuffers):
                 self._flush_soon = True
                 self.loop.call_soon(_inline.flush, self)  # type: ignore[union-attr]
             return True
-        self._kick_lane()
+        _inline.kick_lane(self)
         return False
-
-    def _kick_lane(self) -> None:
-        """Send the pending batch to the write lane now if it may go: as the first hop
-        while the ioLoop is parked, or chained behind a lane write in flight."""
-        flights = self._flights
-        if len(flights) >= _MAX_FLIGHTS or self.sync_every == 1:
-            # With sync_every=1 a batch sent now would pay an fsync for this put alone:
-            # the puts the ioLoop gathers first share one instead (group commit).
-            return
-        if flights:
-            if flights[-1].lane is None:
-                return
-        elif not self._parked:
-            return
-        if (self.state not in (Lifecycle.OPEN, Lifecycle.SHUTDOWN) or self.purge_waiters
-                or self._kick_error is not None):
-            return
-        try:
-            flight = self._next_flight()
-        except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
-            self._kick_error = exc
-            wake(self.put_req)
-            return
-        if flight is not None:
-            flights.append(flight)
 
     def _full_hop_due(self) -> bool:
         """Is something due that only a hop built with no flight out can do (a sync

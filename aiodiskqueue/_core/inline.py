@@ -85,7 +85,7 @@ def flush(e: Engine) -> None:
             or (e._inline_off_until and time.perf_counter() < e._inline_off_until)
             or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
             or (e._beside is not None and e.since_sync + len(e.pending) >= half(e))):
-        e._kick_lane()
+        kick_lane(e)
         wake(e.put_req)
         return
     sync_due = e._beside is None and (e.since_sync + len(e.pending) >= half(e)
@@ -135,6 +135,33 @@ def flush(e: Engine) -> None:
         start_sync_round(e)
     elif e.timer is None or e.timer.done():
         wake(e.put_req)  # the ioLoop arms the periodic sync timer
+
+
+def kick_lane(e: Engine) -> None:
+    """Send the pending batch to the write lane now if it may go: as the first hop while
+    the ioLoop is parked, or chained behind a lane write in flight."""
+    from .engine import _MAX_FLIGHTS
+
+    flights = e._flights
+    if len(flights) >= _MAX_FLIGHTS or e.sync_every == 1:
+        # With sync_every=1 a batch sent now would pay an fsync for this put alone:
+        # the puts the ioLoop gathers first share one instead (group commit).
+        return
+    if flights:
+        if flights[-1].lane is None:
+            return
+    elif not e._parked:
+        return
+    if e.state not in _LIVE or e.purge_waiters or e._kick_error is not None:
+        return
+    try:
+        flight = e._next_flight()
+    except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
+        e._kick_error = exc
+        wake(e.put_req)
+        return
+    if flight is not None:
+        flights.append(flight)
 
 
 def start_sync_round(e: Engine) -> None:
