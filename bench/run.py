@@ -382,13 +382,14 @@ def run_in_loop(loop_name: str, make: Callable[[], Awaitable[Any]]) -> Any:
 
 
 def _peer_put(cls: type[peers.Peer], d: str, lists: list[list[bytes]], box: float,
-              batched: bool) -> tuple[list[int], float]:
+              batched: bool) -> tuple[list[int], float, float]:
     clock = time.perf_counter
     if len(lists) == 1:
         lst = lists[0]
         q = cls(d, batch=batched)
         try:
             gc.collect()
+            c0 = cpu_seconds()
             t0 = clock()
             deadline = t0 + box
             i = 0
@@ -407,9 +408,10 @@ def _peer_put(cls: type[peers.Peer], d: str, lists: list[list[bytes]], box: floa
                     put(p)
                     i += 1
             secs = clock() - t0
+            cpu = cpu_seconds() - c0
         finally:
             q.close()
-        return [i], secs
+        return [i], secs, cpu
 
     q = cls(d, threads=True)
     counts = [0] * len(lists)
@@ -437,31 +439,34 @@ def _peer_put(cls: type[peers.Peer], d: str, lists: list[list[bytes]], box: floa
         for t in threads:
             t.start()
         gc.collect()
+        c0 = cpu_seconds()
         t0 = clock()
         deadline_box.append(t0 + box)
         barrier.wait()
         for t in threads:
             t.join()
         secs = clock() - t0
+        cpu = cpu_seconds() - c0
     finally:
         q.close()
     if errors:
         raise errors[0]
-    return counts, secs
+    return counts, secs, cpu
 
 
 def _peer_drain(cls: type[peers.Peer], d: str, n: int, batched: bool, box: float
-                ) -> tuple[list[bytes], int, float, list[bytes]]:
+                ) -> tuple[list[bytes], int, float, list[bytes], float]:
     """Take up to ``n`` messages within ``box`` seconds (timed), then the rest (untimed).
 
     Returns the messages, how many of them the timed part took, its seconds,
-    and anything the peer returned beyond ``n``.
+    anything the peer returned beyond ``n``, and the timed part's CPU seconds.
     """
     q = cls(d)
     try:
         out: list[bytes] = []
         clock = time.perf_counter
         gc.collect()
+        c0 = cpu_seconds()
         t0 = clock()
         deadline = t0 + box
         if batched:
@@ -478,30 +483,32 @@ def _peer_drain(cls: type[peers.Peer], d: str, n: int, batched: bool, box: float
                     break
                 append(get())
         secs = clock() - t0
+        cpu = cpu_seconds() - c0
         timed = len(out)
         out.extend(q.rest())
     finally:
         q.close()
-    return out[:n], timed, secs, out[n:]
+    return out[:n], timed, secs, out[n:], cpu
 
 
 def peer_rep(cls: type[peers.Peer], scenario: str, d: str, lists: list[list[bytes]], box: float
-             ) -> tuple[float, float, int, int, str | None]:
+             ) -> tuple[float, float, int, int, str | None, float, float]:
     """One repetition of a peer: produce and consume (each time-boxed), check everything.
 
     Returns the produce seconds, the timed consume seconds, the messages stored,
-    how many the timed consume took, and None or what the check found wrong.
+    how many the timed consume took, None or what the check found wrong, and the
+    CPU seconds of the produce and of the timed consume.
     """
     batched = scenario == "put_many"
-    done, put_secs = _peer_put(cls, d, lists, box, batched)
+    done, put_secs, put_cpu = _peer_put(cls, d, lists, box, batched)
     expected = [lst[:k] for lst, k in zip(lists, done, strict=True)]
     total = sum(done)
-    got, timed, get_secs, extra = _peer_drain(cls, d, total, batched and cls.GET_BATCH is not None,
-                                              box)
+    got, timed, get_secs, extra, get_cpu = _peer_drain(
+        cls, d, total, batched and cls.GET_BATCH is not None, box)
     err = check_order(got, expected)
     if err is None and extra:
         err = f"{len(extra)} messages returned after the last one put"
-    return put_secs, get_secs, total, timed, err
+    return put_secs, get_secs, total, timed, err, put_cpu, get_cpu
 
 
 # --------------------------------------------------------------------------- the run
@@ -603,11 +610,16 @@ def _rep_raw(cfg: Config, sc: Scenario, size: int, lst: list[bytes], res: Result
     path = os.path.join(d, "raw.dat")
     sync = sc.name == "durable"
     err: str | None
+    put_c = get_c = 0.0
     try:
         gc.collect()
+        c0 = cpu_seconds()
         put_s = baseline.write_records(path, lst, sync=sync)
+        put_c = cpu_seconds() - c0
         gc.collect()
+        c0 = cpu_seconds()
         got, get_s = baseline.read_records(path)
+        get_c = cpu_seconds() - c0
         err = check_order(got, [lst])
     except Exception as exc:  # noqa: BLE001  # a failed repetition is a FAIL row, not a crash
         put_s, get_s, err = 0.0, 0.0, f"{type(exc).__name__}: {exc}"
@@ -618,16 +630,16 @@ def _rep_raw(cfg: Config, sc: Scenario, size: int, lst: list[bytes], res: Result
             res.add(workload="durable", system=RAW_SYNC, size=size, producers=1, loop="-",
                     g=("durable: fdatasync/1MiB", "durable",
                        "durable: os.fdatasync after every 1 MiB os.write"),
-                    how="framing loop", count=len(lst), secs=put_s, error=err)
+                    how="framing loop", count=len(lst), secs=put_s, error=err, cpu=put_c)
         return
     if "put" in cfg.only or "put_many" in cfg.only:
         res.add(workload="put", system=RAW_WRITE, size=size, producers=1, loop="-",
                 g=("kill-safe; no fsync", "kill", "kill-safe: os.write returned; no fsync"),
-                how="framing loop", count=len(lst), secs=put_s, error=err)
+                how="framing loop", count=len(lst), secs=put_s, error=err, cpu=put_c)
     if "drain" in cfg.only or "get_many" in cfg.only:
         res.add(workload="drain", system=RAW_READ, size=size, producers=1, loop="-",
                 g=("-", "-", "reads only"), how="parse loop", count=len(lst), secs=get_s,
-                error=err)
+                error=err, cpu=get_c)
 
 
 def _peer_short(cls: type[peers.Peer]) -> tuple[str, str, str]:
@@ -659,8 +671,10 @@ def _rep_peer(cfg: Config, sc: Scenario, size: int, lists: list[list[bytes]],
         res.skip(f"{cls.NAME}: put_many and get_many n/a (no batch API)")
         return
     d = _fresh_dir(cfg)
+    put_c = get_c = 0.0
     try:
-        put_s, get_s, total, taken, err = peer_rep(cls, sc.name, d, lists, cfg.peer_box)
+        put_s, get_s, total, taken, err, put_c, get_c = peer_rep(cls, sc.name, d, lists,
+                                                                 cfg.peer_box)
     except Exception as exc:  # noqa: BLE001  # a failed repetition is a FAIL row, not a crash
         put_s, get_s, total, taken, err = 0.0, 0.0, 0, 0, f"{type(exc).__name__}: {exc}"
     finally:
@@ -674,14 +688,14 @@ def _rep_peer(cfg: Config, sc: Scenario, size: int, lists: list[list[bytes]],
         how = "plain loop"
     if sc.put_row in cfg.only:
         res.add(workload=sc.put_row, system=cls.NAME, size=size, producers=sc.producers,
-                loop="-", g=g, how=how, count=total, secs=put_s, error=err)
+                loop="-", g=g, how=how, count=total, secs=put_s, error=err, cpu=put_c)
     if sc.get_row is not None and sc.get_row in cfg.only:
         if sc.get_row == "get_many" and cls.GET_BATCH is None:
             res.skip(f"{cls.NAME}: get_many n/a (no batch get)")
             return
         how = (cls.GET_BATCH or "") if sc.get_row == "get_many" else "plain loop"
         res.add(workload=sc.get_row, system=cls.NAME, size=size, producers=1, loop="-",
-                g=g, how=how, count=taken, secs=get_s, error=err)
+                g=g, how=how, count=taken, secs=get_s, error=err, cpu=get_c)
 
 
 # --------------------------------------------------------------------------- report
@@ -699,6 +713,8 @@ def _row_dict(a: Acc) -> dict[str, Any]:
         "rate_min": round(min(rates), 1),
         "rate_max": round(max(rates), 1),
         "cpu_per_s": round(statistics.median(a.cpus), 2) if a.cpus else None,
+        "cpu_us_per_msg": (round(statistics.median(a.cpus) / statistics.median(rates) * 1e6, 2)
+                           if a.cpus and statistics.median(rates) > 0 else None),
         "guarantee": a.guarantee,
         "level": a.level,
         "guarantee_detail": a.detail,
@@ -730,6 +746,11 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
         r["best_peer"] = best["system"] if best else None
         r["ratio_best_peer"] = _ratio(r, best)
         ql = next((p for p in same if p["system"] == peers.QueuelibFifo.NAME), None)
+        if ql is None and r["producers"] > 1 and r["workload"] == "put":
+            # queuelib is not thread-safe: several producers compare with its single one.
+            ql = next((p for p in peer_rows if p["system"] == peers.QueuelibFifo.NAME
+                       and (p["workload"], p["size"], p["producers"]) == ("put", r["size"], 1)
+                       and p["verified"] and p["rate_median"] > 0), None)
         r["ratio_queuelib"] = _ratio(r, ql)
         raw = next((p for p in rows if p["system"] == raw_for[r["workload"]]
                     and p["workload"] == raw_wl[r["workload"]] and p["size"] == r["size"]
@@ -769,8 +790,8 @@ def sort_key(r: dict[str, Any]) -> tuple[Any, ...]:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The result table as text."""
-    head = ["workload", "prod", "size", "system", "loop", "msgs/s", "min-max", "cpu", "n",
-            "check", "guarantee", "/best peer", "/queuelib", "/raw"]
+    head = ["workload", "prod", "size", "system", "loop", "msgs/s", "min-max", "cpu",
+            "us cpu/msg", "n", "check", "guarantee", "/best peer", "/queuelib", "/raw"]
     lines = []
     prev: tuple[Any, ...] | None = None
     body: list[list[str] | None] = []
@@ -785,6 +806,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             fmt_rate(r["rate_median"]),
             f"{fmt_rate(r['rate_min'])}-{fmt_rate(r['rate_max'])}",
             "-" if r.get("cpu_per_s") is None else f"{r['cpu_per_s']:.2f}",
+            "-" if r.get("cpu_us_per_msg") is None else f"{r['cpu_us_per_msg']:.2f}",
             str(r["messages"]),
             "ok" if r["verified"] else "FAIL",
             r["guarantee"],
@@ -794,7 +816,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         ])
     widths = [max(len(head[i]), *(len(b[i]) for b in body if b is not None)) if body
               else len(head[i]) for i in range(len(head))]
-    right = {1, 2, 5, 6, 7, 8, 11, 12, 13}
+    right = {1, 2, 5, 6, 7, 8, 9, 12, 13, 14}
 
     def fmt(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -1004,7 +1026,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("ratios: ours / best peer with at least the same crash guarantee, ours / queuelib, "
           "ours / raw baseline (same workload and size, same run; medians)")
     print("peers with several producers: OS threads sharing one queue object; ours: asyncio tasks")
-    print("cpu: our process's CPU seconds (all threads) per wall second of the timed phase")
+    print("cpu: the process's CPU seconds (all threads) per wall second of the timed phase; "
+          "us cpu/msg: CPU microseconds per message")
+    print("/queuelib for several producers: against queuelib's single producer (not thread-safe)")
     for note in res.skipped:
         print(f"n/a: {note}")
     if PROFILE is not None:

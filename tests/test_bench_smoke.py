@@ -99,6 +99,20 @@ def test_peers_and_baseline_rows_and_ratios(
     assert all(r.get("best_peer") != "queuelib FifoDiskQueue"
                for r in data["rows"] if r["system"] == OURS)
     assert "queuelib FifoDiskQueue: 16 producers n/a (not thread-safe)" in data["meta"]["skipped"]
+    # Several producers compare with queuelib's single producer, in the same run.
+    put16 = by_key[("put", 16, OURS)]
+    ql = by_key[("put", 1, "queuelib FifoDiskQueue")]
+    assert put16["ratio_queuelib"] == round(put16["rate_median"] / ql["rate_median"], 3)
+
+
+def test_every_row_reports_cpu_per_message(
+        quick_run: tuple[subprocess.CompletedProcess[str], dict[str, Any]]) -> None:
+    _, data = quick_run
+    for r in data["rows"]:
+        assert isinstance(r["cpu_us_per_msg"], float) and r["cpu_us_per_msg"] > 0, r
+        if r["cpu_per_s"] >= 0.2:  # cpu_per_s is rounded to two decimals
+            assert r["cpu_us_per_msg"] == pytest.approx(
+                r["cpu_per_s"] / r["rate_median"] * 1e6, rel=0.05), r
 
 
 def test_table_reports_the_order_check(

@@ -75,16 +75,28 @@ def test_writer_reports_write_and_fdatasync_results(tmp_path: Path) -> None:
         w.submit_records(0, [b""], 0, False)
 
 
-def _count_lane(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _count_lane(monkeypatch: pytest.MonkeyPatch, inline: list[int] | None = None) -> list[int]:
+    """Batch sizes sent to the writer thread; with ``inline``, batch sizes written on the
+    loop's thread go there (else into the same list). A loaded machine may preempt an
+    inline write past the stall limit: the limit is raised so that counts are exact."""
+    from aiodiskqueue._core import inline as _inline
+    monkeypatch.setattr(_inline, "INLINE_STALL", 3600.0)
     sizes: list[int] = []
+    inline_sizes = sizes if inline is None else inline
     submit = _lane.WriteLane.submit
+    write_now = _lane.WriteLane.write_now
 
     def counting(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int,
                  sync: bool) -> Any:
         sizes.append(len(payloads))
         return submit(lane, fd, payloads, offset, sync)
 
+    def counting_now(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int) -> Any:
+        inline_sizes.append(len(payloads))
+        return write_now(lane, fd, payloads, offset)
+
     monkeypatch.setattr(_lane.WriteLane, "submit", counting)
+    monkeypatch.setattr(_lane.WriteLane, "write_now", counting_now)
     return sizes
 
 
@@ -226,8 +238,9 @@ async def test_reopened_queue_after_lane_writes_has_everything(tmp_path: Path) -
         assert got == [b"%05d" % i for i in range(3000)]
 
 
+@pytest.mark.parametrize("method", ["submit", "write_now"])
 async def test_an_unexpected_lane_error_breaks_the_queue_instead_of_hanging_puts(
-        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
     from aiodiskqueue import DiskQueueError
     q = await make_queue()
     await q.put(b"ok")
@@ -235,9 +248,11 @@ async def test_an_unexpected_lane_error_breaks_the_queue_instead_of_hanging_puts
     def broken(*args: Any) -> Any:
         raise RuntimeError("writer ring is full")
 
-    monkeypatch.setattr(_lane.WriteLane, "submit", broken)
+    monkeypatch.setattr(_lane.WriteLane, method, broken)
+    # Four puts land in one batch: small, it is written inline; large, by the writer thread.
+    size = 60_000 if method == "submit" else 10
     results = await asyncio.wait_for(
-        asyncio.gather(*(q.put(b"m%d" % i) for i in range(4)), return_exceptions=True), 5)
+        asyncio.gather(*(q.put(b"%d" % i * size) for i in range(4)), return_exceptions=True), 5)
     assert all(isinstance(r, DiskQueueError) for r in results), results
     assert "broken" in str(results[0])
 
@@ -284,3 +299,149 @@ async def test_spin_us_0_still_writes_through_the_lane(make_queue: MakeQueue,
     got = [await q.get() for _ in range(600)]
     assert sorted(got[:300]) == [b"%03d" % i for i in range(300)]
     assert got[300:] == [b"s%03d" % i for i in range(300)]
+
+
+async def test_a_single_awaiting_producer_writes_inline_each_put_on_disk_when_it_returns(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inline: list[int] = []
+    sizes = _count_lane(monkeypatch, inline)
+    q = await make_queue(sync_interval=3600.0)
+    path = tmp_path / seg_name("q", 0)
+    await q.put(b"first")  # creates the segment, on the I/O thread
+    del inline[:], sizes[:]
+    for i in range(200):
+        await q.put(b"m%03d" % i)
+        assert records(path.read_bytes())[-1] == b"m%03d" % i  # written when put() returns
+    assert sum(inline) == 200 and sizes == []  # no batch went to the writer thread
+    assert [await q.get() for _ in range(201)] == [b"first"] + [b"m%03d" % i for i in range(200)]
+
+
+async def test_concurrent_small_puts_share_one_inline_write(
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    inline: list[int] = []
+    sizes = _count_lane(monkeypatch, inline)
+    q = await make_queue()
+    await q.put(b"first")  # creates the segment, on the I/O thread
+    del inline[:], sizes[:]
+    await asyncio.gather(*(q.put(b"%02d" % i) for i in range(16)))
+    assert inline == [16] and sizes == []
+
+
+async def test_a_batch_above_the_inline_limit_goes_to_the_writer_thread(
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue._core import inline as _inline
+    inline: list[int] = []
+    sizes = _count_lane(monkeypatch, inline)
+    q = await make_queue()
+    await q.put(b"first")  # creates the segment, on the I/O thread
+    del inline[:], sizes[:]
+    big = [b"%d" % i * (_inline.INLINE_MAX // 4) for i in range(5)]
+    await q.put_many(big)
+    assert sizes == [5] and inline == []
+    assert [await q.get() for _ in range(6)] == [b"first", *big]
+
+
+async def test_a_slow_inline_write_sends_the_next_batches_to_the_writer_thread(
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue._core import inline as _inline
+    inline: list[int] = []
+    sizes = _count_lane(monkeypatch, inline)
+    counting_now = _lane.WriteLane.write_now
+
+    def slow(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int) -> Any:
+        import time
+        time.sleep(0.004)  # as if the kernel throttled the write
+        return counting_now(lane, fd, payloads, offset)
+
+    monkeypatch.setattr(_lane.WriteLane, "write_now", slow)
+    monkeypatch.setattr(_inline, "INLINE_STALL", 0.002)
+    monkeypatch.setattr(_inline, "INLINE_BACKOFF", 3600.0)
+    q = await make_queue(sync_interval=3600.0)
+    await q.put(b"first")  # creates the segment, on the I/O thread
+    for i in range(20):
+        await q.put(b"m%02d" % i)
+    assert inline == [1] * _inline.INLINE_SLOW and sum(sizes) == 20 - _inline.INLINE_SLOW
+    assert [await q.get() for _ in range(21)] == [b"first"] + [b"m%02d" % i for i in range(20)]
+
+
+async def test_inline_writes_alone_still_get_the_periodic_sync(make_queue: MakeQueue,
+                                                                tmp_path: Path) -> None:
+    from helpers_format import read_meta
+    q = await make_queue(sync_interval=0.05)
+    await q.put(b"one")  # creates the segment and stores the first meta, on the I/O thread
+    await asyncio.sleep(0.2)  # the ioLoop sleeps, no sync pending
+    assert read_meta(tmp_path, "q").depth == 1
+    await q.put(b"two")  # written inline: nothing else wakes the ioLoop
+    for _ in range(100):
+        if read_meta(tmp_path, "q").depth == 2:
+            break
+        await asyncio.sleep(0.02)
+    meta, st = read_meta(tmp_path, "q"), q.statistics()
+    assert (meta.depth, meta.write_file, meta.write_pos) == (2, st.write_file_num, st.write_pos)
+
+
+class _HeldSync:
+    """Hold the store's sync (fdatasync and meta) of the I/O thread until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import threading
+
+        from aiodiskqueue._core import store as _store
+        self.release = threading.Event()
+        self.started = threading.Event()
+        real = _store.SegmentStore.sync
+
+        def sync(store: Any, meta: Any) -> None:
+            self.started.set()
+            self.release.wait(10)
+            real(store, meta)
+
+        monkeypatch.setattr(_store.SegmentStore, "sync", sync)
+
+
+async def test_producers_do_not_wait_for_the_sync_round(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = await make_queue(sync_every=20, sync_interval=3600.0)
+    await q.put(b"first")  # creates the segment and stores the first meta
+    held = _HeldSync(monkeypatch)
+    before = q.statistics().syncs
+    # At 10 puts (half of sync_every) a sync round starts on the I/O thread, held there;
+    # 9 more puts are written inline beside it, each on disk when its put() returns ...
+    for i in range(19):
+        await asyncio.wait_for(q.put(b"m%02d" % i), 5)
+        assert records((tmp_path / seg_name("q", 0)).read_bytes())[-1] == b"m%02d" % i
+    assert await asyncio.to_thread(held.started.wait, 5)  # the round did start ...
+    assert q.statistics().syncs == before  # ... and is still held
+    # ... but no more: the next one would leave sync_every messages not fsynced.
+    last = asyncio.create_task(q.put(b"m19"))
+    await asyncio.sleep(0.2)
+    assert not last.done()
+    held.release.set()
+    await asyncio.wait_for(last, 5)
+    await q.sync()
+    assert q.statistics().syncs > before
+    assert [await q.get() for _ in range(21)] == [b"first"] + [b"m%02d" % i for i in range(20)]
+
+
+async def test_a_sync_round_beside_inline_writes_stores_a_consistent_meta(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers_format import read_meta
+    q = await make_queue(sync_every=10, sync_interval=3600.0)
+    await q.put(b"first")
+    await q.get()  # the read position moves: the next sync round stores a meta
+    held = _HeldSync(monkeypatch)
+    for i in range(15):  # the round at the 10th put is held; 5 more puts run beside it
+        await q.put(b"m%02d" % i)
+    held.release.set()
+    for _ in range(250):
+        if q.statistics().syncs and read_meta(tmp_path, "q").read_pos > 0:
+            break
+        await asyncio.sleep(0.02)
+    meta = read_meta(tmp_path, "q")
+    data = (tmp_path / seg_name("q", 0)).read_bytes()
+    # The meta stored is one snapshot: its depth is exactly the records between its
+    # read and write positions, though more records were written while it was stored.
+    assert meta.read_pos == 4 + len(b"first")
+    assert len(records(data[meta.read_pos:meta.write_pos])) == meta.depth
+    assert meta.write_pos < len(data)
+    assert q.qsize() == 15

@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -250,25 +251,19 @@ publish(Writer *w)
     }
 }
 
-static PyObject *
-Writer_submit_records(Writer *w, PyObject *args)
+/* Frame `seq` (bytes payloads) into job `j`: a header and a payload iovec per record.
+ * Returns 0, or -1 with an exception set (nothing owned by `j` then). */
+static int
+frame_job(job_t *j, PyObject *seq)
 {
-    int fd, sync;
-    PyObject *seq;
-    long long offset;
-    if (!PyArg_ParseTuple(args, "iOLp", &fd, &seq, &offset, &sync))
-        return NULL;
-    job_t *j = next_slot(w);
-    if (j == NULL)
-        return NULL;
     PyObject *items = PySequence_Tuple(seq); /* the payloads stay alive and unchanged */
     if (items == NULL)
-        return NULL;
+        return -1;
     Py_ssize_t n = PyTuple_GET_SIZE(items);
     if (n == 0 || n > INT_MAX / 2) {
         Py_DECREF(items);
-        PyErr_SetString(PyExc_ValueError, "submit_records needs 1 to INT_MAX/2 payloads");
-        return NULL;
+        PyErr_SetString(PyExc_ValueError, "a batch needs 1 to INT_MAX/2 payloads");
+        return -1;
     }
     char *hdr = PyMem_RawMalloc((size_t)n * 4);
     struct iovec *iov = PyMem_RawMalloc((size_t)n * 2 * sizeof(struct iovec));
@@ -277,7 +272,7 @@ Writer_submit_records(Writer *w, PyObject *args)
         PyMem_RawFree(iov);
         Py_DECREF(items);
         PyErr_NoMemory();
-        return NULL;
+        return -1;
     }
     long long total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -287,7 +282,7 @@ Writer_submit_records(Writer *w, PyObject *args)
             PyMem_RawFree(iov);
             Py_DECREF(items);
             PyErr_SetString(PyExc_TypeError, "payloads must be bytes of at most 2**31-1 bytes");
-            return NULL;
+            return -1;
         }
         uint32_t len = (uint32_t)PyBytes_GET_SIZE(p);
         unsigned char *h = (unsigned char *)hdr + 4 * i;
@@ -306,11 +301,62 @@ Writer_submit_records(Writer *w, PyObject *args)
     j->iov = iov;
     j->iovcnt = (int)(2 * n);
     j->total = total;
+    return 0;
+}
+
+static PyObject *
+Writer_submit_records(Writer *w, PyObject *args)
+{
+    int fd, sync;
+    PyObject *seq;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "iOLp", &fd, &seq, &offset, &sync))
+        return NULL;
+    job_t *j = next_slot(w);
+    if (j == NULL)
+        return NULL;
+    if (frame_job(j, seq) < 0)
+        return NULL;
     j->fd = fd;
     j->offset = offset;
     j->sync = sync;
+    long long total = j->total;
     publish(w);
     return PyLong_FromLongLong(total);
+}
+
+/* Write a batch now, on the calling thread (the event loop), without the GIL while
+ * pwritev runs. Only while no job is queued: the caller keeps the order of writes. */
+static PyObject *
+Writer_write_records(Writer *w, PyObject *args)
+{
+    int fd;
+    PyObject *seq;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "iOL", &fd, &seq, &offset))
+        return NULL;
+    if (!w->started) {
+        PyErr_SetString(PyExc_RuntimeError, "writer is closed");
+        return NULL;
+    }
+    if (atomic_load(&w->submitted) != w->reaped) {
+        PyErr_SetString(PyExc_RuntimeError, "writer has jobs queued");
+        return NULL;
+    }
+    job_t j;
+    memset(&j, 0, sizeof j);
+    if (frame_job(&j, seq) < 0)
+        return NULL;
+    j.fd = fd;
+    j.offset = offset;
+    j.sync = 0;
+    Py_BEGIN_ALLOW_THREADS
+    run_job(&j);
+    Py_END_ALLOW_THREADS
+    long long written = j.written;
+    int err = j.write_errno;
+    job_release(&j);
+    return Py_BuildValue("(Lii)", written, err, 0);
 }
 
 static PyObject *
@@ -407,6 +453,9 @@ static PyMethodDef Writer_methods[] = {
     {"submit_records", (PyCFunction)Writer_submit_records, METH_VARARGS,
      "submit_records(fd, payloads, offset, sync) -> bytes to write: queue the records\n"
      "(4-byte big-endian length + payload each) as pwritev calls, no copy."},
+    {"write_records", (PyCFunction)Writer_write_records, METH_VARARGS,
+     "write_records(fd, payloads, offset) -> (written, write_errno, 0): write the records\n"
+     "now on the calling thread (GIL released), while no job is queued."},
     {"reap", (PyCFunction)Writer_reap, METH_NOARGS,
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
     {"fileno", (PyCFunction)Writer_fileno, METH_NOARGS,

@@ -11,6 +11,10 @@ class Writer:
     def submit_records(self, fd: int, payloads: Sequence[bytes], offset: int, sync: bool,
                        /) -> int:
         """Queue ``payloads`` as records (pwritev, no copy); returns the bytes to write."""
+    def write_records(self, fd: int, payloads: Sequence[bytes], offset: int,
+                      /) -> tuple[int, int, int]:
+        """Write ``payloads`` as records now, on the calling thread (GIL released), while
+        no job is queued; returns (written, write errno, 0)."""
     def reap(self) -> list[tuple[int, int, int]]:
         """(written, write errno, fdatasync errno) of every finished job, in order."""
     def fileno(self) -> int:

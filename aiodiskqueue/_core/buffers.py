@@ -119,8 +119,12 @@ class QueueBuffers:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.native_lane = False  # appends go to the native write lane
 
-    def kick(self) -> None:
-        """A put landed in an empty pending batch (the engine may send it at once)."""
+    def kick(self) -> bool:
+        """A put landed in an empty pending batch (the engine may send it at once).
+
+        Returns True if the engine took care of the batch: the ioLoop need not wake.
+        """
+        return False
 
     # ------------------------------------------------------------------ size and state
 
@@ -214,8 +218,8 @@ class QueueBuffers:
         if waiter is not None:
             self.put_waiters.append(waiter)
         if was_empty:
-            if self.native_lane:
-                self.kick()
+            if self.native_lane and self.kick():
+                return
             pr = self.put_req
             if pr is not None and not pr.done():
                 pr.set_result(None)

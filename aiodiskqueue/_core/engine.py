@@ -26,9 +26,11 @@ from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
 from ..errors import DiskQueueError
+from . import inline as _inline
 from . import lane as _lane
 from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
 from .iothread import Hop, IOThread
+from .lane import LaneResult
 from .options import Options
 from .store import Job, JobResult, OpenState, SegmentStore
 
@@ -85,6 +87,12 @@ class Engine(QueueBuffers):
         self._lane_error: OSError | None = None  # a lane write failed: reset the writer
         self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
         self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
+        self._flush_soon = False  # inline.flush is scheduled for this loop iteration
+        self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
+        self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
+        self._beside: _Flight | None = None  # a sync round that inline writes run beside
+        self._deferred = 0  # bytes written inline beside it, not yet told to the store
+        self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -197,8 +205,11 @@ class Engine(QueueBuffers):
 
         Hops on the write lane and on the I/O thread never overlap: the lane only
         appends inside the current segment, everything else (rolling files, meta,
-        reads) runs on the I/O thread once the lane is idle.
+        reads) runs on the I/O thread once the lane is idle. Nothing is sent while an
+        inline write is scheduled: it decides whether a hop is needed.
         """
+        if self._flush_soon or self._beside is not None:
+            return None
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
         if flights and flights[-1].lane is not None:
@@ -213,33 +224,24 @@ class Engine(QueueBuffers):
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
             return self._dispatch_lane(job, self.write_at[1], size)
-        return self._dispatch(job)
+        flight = self._dispatch(job)
+        if (not flights and self.native_lane and self.sync_every != 1 and job.payloads is None
+                and job.read_from is None and not job.reset_writer):
+            self._beside = flight  # a sync round only: inline writes may run beside it
+        return flight
 
-    def kick(self) -> None:
-        """Called when a put lands in an empty pending batch: send it at once if the
-        ioLoop is parked between hops, or as a second lane write while one runs, so the
-        writer works while the loop runs the producers."""
-        flights = self._flights
-        if len(flights) >= _MAX_FLIGHTS or self.sync_every == 1:
-            # With sync_every=1 a batch sent now would pay an fsync for this put alone:
-            # the puts the ioLoop gathers first share one instead (group commit).
-            return
-        if flights:
-            if flights[-1].lane is None:
-                return
-        elif not self._parked:
-            return
-        if (self.state not in (Lifecycle.OPEN, Lifecycle.SHUTDOWN) or self.purge_waiters
-                or self._kick_error is not None):
-            return
-        try:
-            flight = self._next_flight()
-        except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
-            self._kick_error = exc
-            wake(self.put_req)
-            return
-        if flight is not None:
-            flights.append(flight)
+    def kick(self) -> bool:
+        """Called when a put lands in an empty pending batch. With nothing in flight,
+        schedule an inline write at the end of this loop iteration and return True (the
+        ioLoop need not wake); else send the batch as a second lane write while one
+        runs, so the writer works while the loop runs the producers."""
+        if _inline.can_schedule(self):
+            if not self._flush_soon:
+                self._flush_soon = True
+                self.loop.call_soon(_inline.flush, self)  # type: ignore[union-attr]
+            return True
+        _inline.kick_lane(self)
+        return False
 
     def _full_hop_due(self) -> bool:
         """Is something due that only a hop built with no flight out can do (a sync
@@ -248,12 +250,18 @@ class Engine(QueueBuffers):
         forever and starve syncs and reads."""
         if self.sync_waiters or self._force_meta or self.purge_waiters:
             return True
+        return self._sync_round_due() or self._read_due()
+
+    def _sync_round_due(self) -> bool:
+        """Is the periodic sync round due: by count (the pending puts included) or time?"""
         if self.since_sync + len(self.pending) >= self.sync_every:
             return True
         loop = self.loop
         assert loop is not None
-        if loop.time() >= self._sync_due_at and (self.since_sync > 0 or self._meta_changed()):
-            return True
+        return loop.time() >= self._sync_due_at and (self.since_sync > 0 or self._meta_changed())
+
+    def _read_due(self) -> bool:
+        """Does a consumer that fell behind the writer need a read ahead?"""
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
 
@@ -289,20 +297,23 @@ class Engine(QueueBuffers):
 
     def _complete(self, flight: _Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised)."""
-        if flight.lane is None:
+        if flight is self._beside:
+            self._apply(flight, _inline.settle(self, flight))
+        elif flight.lane is None:
             self._apply(flight, flight.fut.result())
         else:
             self._apply(flight, self._lane_result(flight))
 
-    def _lane_result(self, flight: _Flight) -> JobResult:
-        """Turn a lane flight's (written, write errno, sync errno) into a JobResult.
+    def _lane_result(self, flight: _Flight, outcome: LaneResult | None = None) -> JobResult:
+        """Turn a lane flight's (written, write errno, sync errno), its future's result
+        unless ``outcome`` is given (an inline write), into a JobResult.
 
         A failed write fails every lane batch queued behind it too: their offsets
         assumed it succeeded. The next hop on the I/O thread cuts the segment back.
         """
         lw, job = flight.lane, flight.job
         assert lw is not None and job.payloads is not None
-        _written, werr, serr = flight.fut.result()
+        _written, werr, serr = outcome if outcome is not None else flight.fut.result()
         st = self.store
         res = JobResult()
         if werr or self._lane_error is not None:
@@ -401,7 +412,7 @@ class Engine(QueueBuffers):
         dirty = self.since_sync > 0 or self._meta_changed()
         force = (self._force_meta or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
-        if (force or self.since_sync >= self.sync_every) and (dirty or self.sync_waiters):
+        if (force or self.since_sync >= self._sync_at) and (dirty or self.sync_waiters):
             job.sync = True
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []

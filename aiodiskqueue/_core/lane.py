@@ -8,7 +8,8 @@ compiler is present) only writes a batch of payloads as records at an offset
 before it sleeps, and reports completions through an eventfd the event loop
 watches. The engine sends
 it appends that stay inside the current segment and keeps everything else on the
-I/O thread; the two never run at the same time.
+I/O thread; the two never run at the same time. A small batch sent while nothing is in
+flight is written by the loop's own thread instead (``write_now``, see ``inline.py``).
 
 Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write through the I/O thread only.
 """
@@ -58,6 +59,15 @@ class WriteLane:
         self._w.submit_records(fd, payloads, offset, sync)
         self._futs.append(fut)
         return fut
+
+    def write_now(self, fd: int, payloads: list[bytes], offset: int) -> LaneResult:
+        """Write ``payloads`` as records at ``offset`` of ``fd`` now, on the calling
+        thread (the GIL is released during ``pwritev``); only while no batch is queued.
+
+        For a small batch whose producers wait for it anyway, this costs less than a
+        hand-off to the writer thread and back: no thread wake-up, no eventfd.
+        """
+        return self._w.write_records(fd, payloads, offset)
 
     def _on_ready(self) -> None:
         futs = self._futs

@@ -1,0 +1,228 @@
+"""Inline writes: small batches written on the event loop's thread, no hand-off.
+
+A single producer awaiting each ``put()`` leaves the loop with nothing to do while
+its record is written, so handing the write to another thread only adds the
+hand-off: on a VM whose idle vCPUs halt, a thread wake-up costs tens of
+microseconds, and the writer that polls instead to avoid it keeps a second core
+busy. So when a put lands in an empty batch while nothing is in flight, the engine
+schedules :func:`flush` at the end of the loop iteration (``call_soon``): the
+producers that were ready in the same iteration append their puts first and share
+one ``pwritev`` (records framed in C, the GIL released while it runs). Then the
+batch's bookkeeping is applied and its producers are woken by the same callback.
+``await put()`` still returns only after its record is written to the OS.
+
+What stays off the loop: batches over :data:`INLINE_MAX` bytes (the native writer
+thread writes them while the loop runs), every ``fdatasync``, the meta file, rolling
+to a new segment, reads, and the first write after a failed one (the I/O thread cuts
+the segment back). If the kernel starts throttling writes (:data:`INLINE_SLOW`
+inline writes in a row slower than :data:`INLINE_STALL`), the next batches go to
+the writer thread for :data:`INLINE_BACKOFF` seconds, so other tasks on the loop
+are not held up behind the disk.
+
+The periodic sync round does not hold producers up either: once half of
+``sync_every`` puts are written, the round (``fdatasync``, the meta file) starts on
+the I/O thread and inline writes go on beside it for up to the other half. Its meta
+is the state before those writes (the store learns of them when the round is done),
+and at most ``sync_every`` messages are ever written but not yet fsynced, as before.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from .._format.codec import HEADER_SIZE, index
+from .buffers import Lifecycle, succeed, wake
+from .iothread import Hop
+from .lane import LaneResult
+from .store import Job, JobResult
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .engine import Engine, _Flight
+
+#: A batch of at most this many bytes (records, headers included) is written inline.
+INLINE_MAX = 128 * 1024
+#: An inline write slower than this (seconds) counts as slow.
+INLINE_STALL = 0.01
+#: This many slow inline writes in a row (one may just be the thread losing its CPU on
+#: a busy machine) send the next batches to the writer thread ...
+INLINE_SLOW = 3
+#: ... for this many seconds.
+INLINE_BACKOFF = 1.0
+
+_LIVE = (Lifecycle.OPEN, Lifecycle.SHUTDOWN)
+
+
+def can_schedule(e: Engine) -> bool:
+    """May a put that landed in an empty batch be left to :func:`flush`? Only while
+    nothing is in flight but a sync round (the ioLoop parked otherwise), and never with
+    ``sync_every=1`` (there the puts the ioLoop gathers share one fsync)."""
+    return (_free(e) and e.sync_every != 1 and e._kick_error is None and e.lane is not None)
+
+
+def _free(e: Engine) -> bool:
+    """Nothing but a sync round running beside inline writes is in flight."""
+    flights = e._flights
+    if not flights:
+        return e._parked
+    return len(flights) == 1 and flights[0] is e._beside
+
+
+def flush(e: Engine) -> None:
+    """Write ``e``'s pending batch now if it is small and nothing else is due; else send
+    it to the write lane or wake the ioLoop, as a put did before inline writes."""
+    e._flush_soon = False
+    size = e.pending_bytes
+    if not size:
+        return
+    lane, fd = e.lane, e.store.writer_fd
+    file_num, pos = e.write_at
+    if (not _free(e) or size > INLINE_MAX or lane is None or fd is None
+            or e._lane_error is not None or e._kick_error is not None
+            or e.state not in _LIVE or pos + size > e.store.max_bytes
+            or (e._inline_off_until and time.perf_counter() < e._inline_off_until)
+            or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
+            or (e._beside is not None and e.since_sync + len(e.pending) >= half(e))):
+        kick_lane(e)
+        wake(e.put_req)
+        return
+    sync_due = e._beside is None and (e.since_sync + len(e.pending) >= half(e)
+                                      or e._sync_round_due())
+    payloads, waiters = e.pending, e.put_waiters
+    e.pending, e.put_waiters, e.pending_bytes = [], [], 0
+    n = len(payloads)
+    e.since_sync += n
+    t0 = time.perf_counter()
+    try:
+        _written, werr, _ = lane.write_now(fd, payloads, pos)
+    except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
+        e._batch_waiters = waiters  # failed by the ioLoop's close
+        e._kick_error = exc
+        wake(e.put_req)
+        return
+    _pace(e, time.perf_counter() - t0)
+    e._lane_end = pos + size
+    if werr:
+        _failed(e, payloads, waiters, file_num, pos, size, (_written, werr, 0))
+        return
+    # The success case of Engine._apply for a lane append, without the hop's objects.
+    if e._beside is None:
+        st = e.store
+        st.appended(size, False)
+        e.bytes_on_disk = st.bytes_on_disk
+    else:  # the store takes it when the sync round beside which it ran is done
+        e._deferred += size
+        e.bytes_on_disk += size
+    e.write_at = (file_num, pos + size)
+    e.unwritten -= n
+    e.depth += n
+    if (e.read_at == (file_num, pos) and e.corruption is None
+            and e.ready_bytes + size <= e.opts.read_buffer_bytes):
+        # The reader has caught up to this batch: hand it over, no read needed.
+        e.ready.extend(index(payloads, list(map(len, payloads)), file_num, pos))
+        e.ready_bytes += size - HEADER_SIZE * n
+        e.read_at = e.write_at
+    succeed(waiters)
+    if e.putters:
+        for _ in range(min(len(e.putters), max(0, e.maxsize - e.qsize()))):
+            wake(e.putters.popleft())
+    if e.ready and e.getters:
+        for _ in range(min(len(e.ready), len(e.getters))):
+            wake(e.getters.popleft())
+    if sync_due:
+        start_sync_round(e)
+    elif e.timer is None or e.timer.done():
+        wake(e.put_req)  # the ioLoop arms the periodic sync timer
+
+
+def kick_lane(e: Engine) -> None:
+    """Send the pending batch to the write lane now if it may go: as the first hop while
+    the ioLoop is parked, or chained behind a lane write in flight."""
+    from .engine import _MAX_FLIGHTS
+
+    flights = e._flights
+    if len(flights) >= _MAX_FLIGHTS or e.sync_every == 1:
+        # With sync_every=1 a batch sent now would pay an fsync for this put alone:
+        # the puts the ioLoop gathers first share one instead (group commit).
+        return
+    if flights:
+        if flights[-1].lane is None:
+            return
+    elif not e._parked:
+        return
+    if e.state not in _LIVE or e.purge_waiters or e._kick_error is not None:
+        return
+    try:
+        flight = e._next_flight()
+    except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
+        e._kick_error = exc
+        wake(e.put_req)
+        return
+    if flight is not None:
+        flights.append(flight)
+
+
+def start_sync_round(e: Engine) -> None:
+    """Send the due sync round (fdatasync, the meta) to the I/O thread as a hop of its
+    own; while it runs, inline writes go on beside it, so producers never wait for its
+    fdatasync. What it stores was written before it started: its meta is taken before
+    the writes beside it reach the store (see :func:`settle`)."""
+    e._sync_at = half(e)  # the round is due at half of sync_every
+    try:
+        flight = e._next_flight()  # marks it as the round beside inline writes
+    finally:
+        e._sync_at = e.sync_every
+    if flight is not None:
+        e._flights.append(flight)
+        wake(e.put_req)
+
+
+def settle(e: Engine, flight: _Flight) -> JobResult:
+    """The sync round beside inline writes is done: the store takes those writes now;
+    the round's result, with the write position they reached (raises what it raised)."""
+    e._beside = None
+    st = e.store
+    if e._deferred:
+        st.appended(e._deferred, False)
+        e._deferred = 0
+    res: JobResult = flight.fut.result()
+    res.write_at = (st.write_file, st.write_pos)
+    res.bytes_on_disk = st.bytes_on_disk
+    return res
+
+
+def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
+            file_num: int, pos: int, size: int, outcome: LaneResult) -> None:
+    """Apply an inline write that failed as a failed lane write: its batch fails, and
+    the ioLoop wakes to cut the segment back before anything else is written."""
+    from .engine import _Flight, _LaneWrite
+
+    done: Hop[None] = Hop(loop=e.loop)  # stands in for a hop that already ran
+    done.set_result(None)
+    flight = _Flight(Job(payloads=payloads), done, e.epoch, waiters, [],
+                     _LaneWrite(file_num, pos, size))
+    res = e._lane_result(flight, outcome)
+    if e._beside is not None:  # the store does not know the writes beside it yet
+        res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
+    e._apply(flight, res)
+    wake(e.put_req)
+
+
+def half(e: Engine) -> int:
+    """Puts after which a sync round starts beside inline writes, and how many may be
+    written beside it: half of ``sync_every`` each, so never more than ``sync_every``
+    messages are not yet fsynced."""
+    return max(1, e.sync_every // 2)
+
+
+def _pace(e: Engine, took: float) -> None:
+    """Count slow inline writes; after INLINE_SLOW in a row, back off to the writer thread."""
+    if took > INLINE_STALL:
+        e._inline_slow += 1
+        if e._inline_slow >= INLINE_SLOW:
+            e._inline_slow = 0
+            e._inline_off_until = time.perf_counter() + INLINE_BACKOFF
+    else:
+        e._inline_slow = 0
