@@ -54,6 +54,7 @@ class DiskQueue:
         write_buffer_bytes: int = DEFAULTS.write_buffer_bytes,
         strict: bool = DEFAULTS.strict,
         spin_us: int = DEFAULTS.spin_us,
+        inline_writes: bool = DEFAULTS.inline_writes,
     ) -> None:
         opts = Options(
             max_bytes_per_file=max_bytes_per_file,
@@ -66,6 +67,7 @@ class DiskQueue:
             write_buffer_bytes=write_buffer_bytes,
             strict=strict,
             spin_us=spin_us,
+            inline_writes=inline_writes,
         )
         self._layout = Layout(os.fspath(directory), check_name(name))
         self._e = Engine(self._layout, opts)

@@ -8,8 +8,8 @@ structured-streaming job drains the queue into Parquet, and restarts lose and re
    ``Trigger.AvailableNow``, a few thousand records per micro-batch, into Parquet
    with a checkpoint. Each committed batch is released from the queue, and its
    segment files are deleted (the file holding the read position stays, as in
-   go-diskqueue, so "bytes on disk" does not reach 0). This first run is a separate driver process that
-   is killed with SIGKILL (driver and JVM) after its second micro-batch.
+   go-diskqueue, so "bytes on disk" does not reach 0). This first run is a separate driver
+   process that is killed with SIGKILL (driver and JVM) after its second micro-batch.
 3. The job is started again from its checkpoint: it finishes what the killed run
    left. The producers add more events; a third start picks up only those.
 4. A fourth start finds nothing new. The Parquet table holds every event exactly
@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DIR,
-                        help=f"where queues, table and checkpoint go (wiped; default {DEFAULT_DIR})")
+                        help="where queues, table and checkpoint go "
+                             f"(wiped; default {DEFAULT_DIR})")
     parser.add_argument("--events", type=int, default=20_000, help="events in the first round")
     parser.add_argument("--crash-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

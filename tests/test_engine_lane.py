@@ -242,7 +242,7 @@ async def test_reopened_queue_after_lane_writes_has_everything(tmp_path: Path) -
 async def test_an_unexpected_lane_error_breaks_the_queue_instead_of_hanging_puts(
         make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
     from aiodiskqueue import DiskQueueError
-    q = await make_queue()
+    q = await make_queue(inline_writes=(method == "write_now"))
     await q.put(b"ok")
 
     def broken(*args: Any) -> Any:
@@ -305,7 +305,7 @@ async def test_a_single_awaiting_producer_writes_inline_each_put_on_disk_when_it
         make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     inline: list[int] = []
     sizes = _count_lane(monkeypatch, inline)
-    q = await make_queue(sync_interval=3600.0)
+    q = await make_queue(inline_writes=True, sync_interval=3600.0)
     path = tmp_path / seg_name("q", 0)
     await q.put(b"first")  # creates the segment, on the I/O thread
     del inline[:], sizes[:]
@@ -320,7 +320,7 @@ async def test_concurrent_small_puts_share_one_inline_write(
         make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
     inline: list[int] = []
     sizes = _count_lane(monkeypatch, inline)
-    q = await make_queue()
+    q = await make_queue(inline_writes=True)
     await q.put(b"first")  # creates the segment, on the I/O thread
     del inline[:], sizes[:]
     await asyncio.gather(*(q.put(b"%02d" % i) for i in range(16)))
@@ -332,7 +332,7 @@ async def test_a_batch_above_the_inline_limit_goes_to_the_writer_thread(
     from aiodiskqueue._core import inline as _inline
     inline: list[int] = []
     sizes = _count_lane(monkeypatch, inline)
-    q = await make_queue()
+    q = await make_queue(inline_writes=True)
     await q.put(b"first")  # creates the segment, on the I/O thread
     del inline[:], sizes[:]
     big = [b"%d" % i * (_inline.INLINE_MAX // 4) for i in range(5)]
@@ -356,7 +356,7 @@ async def test_a_slow_inline_write_sends_the_next_batches_to_the_writer_thread(
     monkeypatch.setattr(_lane.WriteLane, "write_now", slow)
     monkeypatch.setattr(_inline, "INLINE_STALL", 0.002)
     monkeypatch.setattr(_inline, "INLINE_BACKOFF", 3600.0)
-    q = await make_queue(sync_interval=3600.0)
+    q = await make_queue(inline_writes=True, sync_interval=3600.0)
     await q.put(b"first")  # creates the segment, on the I/O thread
     for i in range(20):
         await q.put(b"m%02d" % i)
@@ -367,7 +367,7 @@ async def test_a_slow_inline_write_sends_the_next_batches_to_the_writer_thread(
 async def test_inline_writes_alone_still_get_the_periodic_sync(make_queue: MakeQueue,
                                                                 tmp_path: Path) -> None:
     from helpers_format import read_meta
-    q = await make_queue(sync_interval=0.05)
+    q = await make_queue(inline_writes=True, sync_interval=0.05)
     await q.put(b"one")  # creates the segment and stores the first meta, on the I/O thread
     await asyncio.sleep(0.2)  # the ioLoop sleeps, no sync pending
     assert read_meta(tmp_path, "q").depth == 1
@@ -401,7 +401,7 @@ class _HeldSync:
 
 async def test_producers_do_not_wait_for_the_sync_round(
         make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    q = await make_queue(sync_every=20, sync_interval=3600.0)
+    q = await make_queue(inline_writes=True, sync_every=20, sync_interval=3600.0)
     await q.put(b"first")  # creates the segment and stores the first meta
     held = _HeldSync(monkeypatch)
     before = q.statistics().syncs
@@ -426,7 +426,7 @@ async def test_producers_do_not_wait_for_the_sync_round(
 async def test_a_sync_round_beside_inline_writes_stores_a_consistent_meta(
         make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from helpers_format import read_meta
-    q = await make_queue(sync_every=10, sync_interval=3600.0)
+    q = await make_queue(inline_writes=True, sync_every=10, sync_interval=3600.0)
     await q.put(b"first")
     await q.get()  # the read position moves: the next sync round stores a meta
     held = _HeldSync(monkeypatch)

@@ -21,19 +21,17 @@ from typing import Any
 import pytest
 from conftest import CopyFixture, MakeQueue
 from helpers_format import fixture_msg, multi_msg, oversize_msg
-
-from aiodiskqueue import DiskQueue
-from aiodiskqueue._format.layout import Layout
-from aiodiskqueue._format.meta import Meta, load_meta
-
-pytestmark = pytest.mark.spark
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import aiodiskqueue.spark as dqspark
+from aiodiskqueue import DiskQueue
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue._format.meta import Meta, load_meta
 from aiodiskqueue.spark import _nsq
 from aiodiskqueue.spark._staging import committed_batch
+
+pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="session")
@@ -506,7 +504,8 @@ def test_stream_write_appends_each_batch_once(spark: SparkSession, tmp_path: Pat
 
     def run() -> None:
         query = (spark.readStream.format("diskqueue").option("path", str(qdir))
-                 .option("name", "src").option("maxRecordsPerTrigger", "400").load().select("payload")
+                 .option("name", "src").option("maxRecordsPerTrigger", "400").load()
+                 .select("payload")
                  .writeStream.format("diskqueue").option("path", str(qdir))
                  .option("name", "dst").option("checkpointLocation", str(ck))
                  .trigger(availableNow=True).start())

@@ -18,13 +18,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyspark  # the spark extra, installed by bash dev.sh test: never skipped
 import pytest
 
 from aiodiskqueue import DiskQueue
 
 pytestmark = pytest.mark.spark
-
-pyspark = pytest.importorskip("pyspark")
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 
@@ -181,7 +180,7 @@ print(json.dumps({"batch": batch, "streamed": streamed}))
 def test_read_stream_and_write_through_spark_connect(tmp_path: Path) -> None:
     # The Spark Connect client needs pyspark's ``connect`` extra (grpcio, grpcio-status,
     # pandas < 3, ...), which the ``spark`` extra does not pull in.
-    pytest.importorskip("grpc_status", reason="pip install 'pyspark[connect]' for this test")
+    import grpc_status  # type: ignore[import-untyped]  # noqa: F401  - pyspark[connect], never skipped
     port = free_port()
     env = {**os.environ, "SPARK_HOME": SPARK_HOME, "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": sys.executable}

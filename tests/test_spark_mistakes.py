@@ -15,27 +15,24 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from aiodiskqueue import DiskQueue
-from aiodiskqueue._format.layout import Layout
-from aiodiskqueue._format.lock import QueueLock
-
-pytestmark = pytest.mark.spark
-
 from pyspark.sql import DataFrame, SparkSession
 
 import aiodiskqueue.spark as dqspark
+from aiodiskqueue import DiskQueue
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue._format.lock import QueueLock
 from aiodiskqueue.spark._files import iter_records, view_queue
 from aiodiskqueue.spark._staging import process_start_time
 
+pytestmark = pytest.mark.spark
+
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
+def spark() -> SparkSession:
     """The test session's local[2] SparkSession (created here if no other module did)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -49,7 +46,7 @@ def spark() -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("ERROR")
     dqspark.register(session)
-    yield session  # stopped by test_spark's fixture, or at interpreter exit
+    return session  # stopped by test_spark's fixture, or at interpreter exit
 
 
 async def fill(directory: Path, name: str, items: list[bytes], **options: Any) -> None:
@@ -159,7 +156,7 @@ def test_corrupt_segment_advice_makes_the_next_read_succeed(spark: SparkSession,
     with open(seg, "r+b") as f:
         f.seek(9 * 50)  # the length field of the 51st record of segment 1
         f.write(b"\x7f\xff\xff\xff")
-    with pytest.raises(Exception) as info:
+    with pytest.raises(Exception, match="repair the queue with") as info:
         read_df(spark, tmp_path, "q").collect()
     found = re.search(r"repair the queue with '([^']+)'", str(info.value))
     assert found is not None, str(info.value)

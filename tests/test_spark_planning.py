@@ -8,6 +8,7 @@ driver would, so they need pyspark importable but start no JVM.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import random
@@ -16,27 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
 from aiodiskqueue._format.meta import load_meta
-
-pytestmark = pytest.mark.spark
-
-pytest.importorskip("pyspark")
-
-import itertools
-
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
-from aiodiskqueue.spark import _files, _listing
+from aiodiskqueue.spark import _files
 from aiodiskqueue.spark._errors import DataLoss, PathNotFound
 from aiodiskqueue.spark._files import FileSpan, iter_records, view_queue
 from aiodiskqueue.spark._options import OptionError, parse_options
 from aiodiskqueue.spark._ranges import iter_blocks, split_span
 from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition, read_partition
 from aiodiskqueue.spark._stream import DiskQueueStreamReader
+
+pytestmark = pytest.mark.spark
 
 MAX = 1 << 20
 
@@ -168,10 +163,19 @@ def test_one_listing_per_trigger_and_drained_queues_cost_no_open(
 
     scans: list[str] = []
     metas: list[str] = []
-    real_scandir, real_load = os.scandir, _files.load_meta
-    monkeypatch.setattr(_listing.os, "scandir", lambda p: scans.append(p) or real_scandir(p))
+    real_scandir, real_load = os.scandir, load_meta
+
+    def counting_scandir(p: str) -> Any:
+        scans.append(p)
+        return real_scandir(p)
+
+    def counting_load(p: str) -> Any:
+        metas.append(p)
+        return real_load(p)
+
+    monkeypatch.setattr(os, "scandir", counting_scandir)
     monkeypatch.setattr(os, "listdir", lambda p: pytest.fail(f"listdir({p})"))
-    monkeypatch.setattr(_files, "load_meta", lambda p: metas.append(p) or real_load(p))
+    monkeypatch.setattr(_files, "load_meta", counting_load)
     nxt = reader.latestOffset(end, ReadMaxRows(40))
     reader.reportLatestOffset()  # Spark's order within a trigger
     reader.partitions(end, nxt)

@@ -225,7 +225,8 @@ class Engine(QueueBuffers):
                 and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
             return self._dispatch_lane(job, self.write_at[1], size)
         flight = self._dispatch(job)
-        if (not flights and self.native_lane and self.sync_every != 1 and job.payloads is None
+        if (not flights and self.opts.inline_writes and self.native_lane and self.sync_every != 1
+                and job.payloads is None
                 and job.read_from is None and not job.reset_writer):
             self._beside = flight  # a sync round only: inline writes may run beside it
         return flight

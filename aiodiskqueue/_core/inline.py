@@ -59,7 +59,8 @@ def can_schedule(e: Engine) -> bool:
     """May a put that landed in an empty batch be left to :func:`flush`? Only while
     nothing is in flight but a sync round (the ioLoop parked otherwise), and never with
     ``sync_every=1`` (there the puts the ioLoop gathers share one fsync)."""
-    return (_free(e) and e.sync_every != 1 and e._kick_error is None and e.lane is not None)
+    return (e.opts.inline_writes and _free(e) and e.sync_every != 1 and e._kick_error is None
+            and e.lane is not None)
 
 
 def _free(e: Engine) -> bool:

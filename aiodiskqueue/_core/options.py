@@ -79,6 +79,7 @@ class Options:
     write_buffer_bytes: int = 16 * MiB
     strict: bool = False
     spin_us: int = 100
+    inline_writes: bool = False
 
     def __post_init__(self) -> None:
         integer("max_bytes_per_file", self.max_bytes_per_file, 1)
@@ -95,8 +96,9 @@ class Options:
         integer("read_buffer_bytes", self.read_buffer_bytes, 4096)
         integer("write_buffer_bytes", self.write_buffer_bytes, 4096)
         integer("spin_us", self.spin_us, 0, 1_000_000)
-        if not isinstance(self.strict, bool):
-            raise TypeError(f"strict must be a bool, got {type(self.strict).__name__}")
+        for flag in ("strict", "inline_writes"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
 
 
 DEFAULTS: Final = Options()

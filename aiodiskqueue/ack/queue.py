@@ -87,6 +87,7 @@ class AckQueue(Dispatch):
         write_buffer_bytes: int = DEFAULTS.write_buffer_bytes,
         strict: bool = DEFAULTS.strict,
         spin_us: int = DEFAULTS.spin_us,
+        inline_writes: bool = DEFAULTS.inline_writes,
     ) -> None:
         self._name = name
         self._directory = os.fspath(directory)
@@ -97,7 +98,8 @@ class AckQueue(Dispatch):
             log_segment_bytes=log_segment_bytes, max_bytes_per_file=max_bytes_per_file,
             min_msg_size=min_msg_size, max_msg_size=max_msg_size, sync_every=sync_every,
             sync_interval=sync_interval, maxsize=maxsize, read_buffer_bytes=read_buffer_bytes,
-            write_buffer_bytes=write_buffer_bytes, strict=strict, spin_us=spin_us)
+            write_buffer_bytes=write_buffer_bytes, strict=strict, spin_us=spin_us,
+            inline_writes=inline_writes)
         self._msg_timeout = o.msg_timeout
         self._max_msg_timeout = o.max_msg_timeout
         self._max_delay = o.max_delay
@@ -114,7 +116,8 @@ class AckQueue(Dispatch):
                                   "min_msg_size": self._min_size, "max_msg_size": max_msg_size,
                                   "read_buffer_bytes": read_buffer_bytes,
                                   "write_buffer_bytes": write_buffer_bytes,
-                                  "strict": strict, "spin_us": spin_us}
+                                  "strict": strict, "spin_us": spin_us,
+                                  "inline_writes": inline_writes}
         self._data = DiskQueue(directory, name, sync_every=_NO_SYNC_EVERY,
                                sync_interval=_NO_SYNC_INTERVAL, maxsize=maxsize, **common)
         self._dead_q: DiskQueue | None = None

@@ -4,7 +4,8 @@
 
     import aiodiskqueue.spark
     aiodiskqueue.spark.register(spark)
-    df = spark.read.format("diskqueue").option("path", "/data/queues").option("name", "events").load()
+    df = (spark.read.format("diskqueue").option("path", "/data/queues")
+          .option("name", "events").load())
 
 Batch read (changes nothing), streaming read (``consume=true`` releases what
 each committed batch read), batch and streaming write (all or nothing, under

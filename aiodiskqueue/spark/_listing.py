@@ -68,7 +68,8 @@ def list_queues(path: str, accept: Callable[[str], bool], name: str = "") -> Lis
     Raises PathNotFound (naming ``name``, the option) if ``path`` is missing or not a
     directory.
     """
-    found: dict[str, tuple[dict[int, str], dict[int, int], list[tuple[int, int, int]], list[float]]] = {}
+    found: dict[str, tuple[dict[int, str], dict[int, int], list[tuple[int, int, int]],
+                           list[float]]] = {}
     try:
         entries = os.scandir(path)
     except (FileNotFoundError, NotADirectoryError):

@@ -232,5 +232,6 @@ def require_single_name(options: SourceOptions) -> str:
     Raises OptionError if ``name`` holds wildcards.
     """
     if is_glob(options.name):
-        raise OptionError("name", f"must name one queue when writing, got the glob {options.name!r}")
+        raise OptionError("name",
+                          f"must name one queue when writing, got the glob {options.name!r}")
     return options.name
