@@ -27,7 +27,8 @@ from .._format.lock import QueueLock
 from .._format.meta import Meta
 from ..errors import DiskQueueError
 from . import lane as _lane
-from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
+from .buffers import Lifecycle, fail, succeed, wake
+from .errorpaths import ErrorPaths
 from .iothread import Hop, IOThread
 from .options import Options
 from .store import Job, JobResult, OpenState, SegmentStore
@@ -39,6 +40,9 @@ log = logging.getLogger("aiodiskqueue")
 # Splitting one pending batch into two pipelined hops was measured slower: the I/O
 # thread then waits for the GIL while the loop wakes producers.
 _MAX_FLIGHTS = 2
+# Close: attempts at the final write and sync, and the pause before each retry.
+_CLOSE_ATTEMPTS = 3
+_CLOSE_BACKOFF = (0.05, 0.25)
 
 
 @dataclass(slots=True)
@@ -62,7 +66,7 @@ class _LaneWrite:
     total: int  # bytes, headers included
 
 
-class Engine(QueueBuffers):
+class Engine(ErrorPaths):
     """The task that moves one open queue's buffers to and from disk."""
 
     def __init__(self, layout: Layout, opts: Options) -> None:
@@ -114,6 +118,7 @@ class Engine(QueueBuffers):
         self.bad_files = st.bad_files
         self.bytes_on_disk = st.bytes_on_disk
         self.recovered = st.recovered
+        self._check_depth_floor()
         self._last_meta = None  # the first sync always stores a meta of ours
         self._force_meta = True
         loop = self.loop
@@ -159,7 +164,10 @@ class Engine(QueueBuffers):
                 if self.purge_waiters and not flights:
                     await self._purge()
                     continue
-                if len(flights) < _MAX_FLIGHTS and not self.purge_waiters:
+                if self.state is Lifecycle.CLOSING and not flights:
+                    break  # _finish() writes what is pending and syncs, a bounded number of times
+                if (len(flights) < _MAX_FLIGHTS and not self.purge_waiters
+                        and self.state is not Lifecycle.CLOSING):
                     flight = self._next_flight()
                     if flight is not None:
                         flights.append(flight)
@@ -288,11 +296,26 @@ class Engine(QueueBuffers):
         return flight
 
     def _complete(self, flight: _Flight) -> None:
-        """Apply a finished flight's result (raises what the I/O thread raised)."""
-        if flight.lane is None:
-            self._apply(flight, flight.fut.result())
-        else:
-            self._apply(flight, self._lane_result(flight))
+        """Apply a finished flight's result (raises what the I/O thread raised, after
+        failing the flight's waiters with a DiskQueueError)."""
+        try:
+            res = flight.fut.result() if flight.lane is None else self._lane_result(flight)
+        except BaseException as exc:
+            if flight.job.payloads is not None:
+                self.unwritten = max(0, self.unwritten - len(flight.job.payloads))
+            self._fail_flight(flight, exc)
+            raise
+        try:
+            self._apply(flight, res)
+        except BaseException as exc:
+            self._fail_flight(flight, exc)
+            raise
+
+    def _fail_flight(self, flight: _Flight, exc: BaseException) -> None:
+        """Fail the waiters of a flight whose result cannot be applied."""
+        err = self._failure(exc)
+        fail(flight.waiters, err)
+        fail(flight.sync_waiters, err)
 
     def _lane_result(self, flight: _Flight) -> JobResult:
         """Turn a lane flight's (written, write errno, sync errno) into a JobResult.
@@ -331,21 +354,21 @@ class Engine(QueueBuffers):
         """Apply the hops in flight, write what is pending, sync, close. Never raises."""
         io = self.io
         assert io is not None
-        try:
-            while self._flights:
-                flight = self._flights[0]
-                if not flight.fut.done():
-                    await asyncio.wait([flight.fut])
+        while self._flights:
+            flight = self._flights[0]
+            if not flight.fut.done():
+                await asyncio.wait([flight.fut])
+            try:
                 self._complete(self._flights.popleft())
-            if self.state is not Lifecycle.BROKEN:
-                self.state = Lifecycle.CLOSING
-                for _ in range(3):  # pending writes, then the final sync; no endless retry
-                    if (job := self._build_job(pipelined=False)) is None:
-                        break
-                    flight = self._dispatch(job)
-                    self._apply(flight, await flight.fut)
-        except BaseException:
-            log.exception("%s: final flush failed", self.layout.meta_path)
+            except BaseException as exc:  # noqa: BLE001 - its waiters are failed; go on
+                log.error("%s: a write in flight at close failed: %r", self.layout.meta_path, exc)
+                if self.state is not Lifecycle.BROKEN:
+                    self._break(exc)
+        if self.state is not Lifecycle.BROKEN:
+            try:
+                await self._final_flush()
+            except BaseException:
+                log.exception("%s: final flush failed", self.layout.meta_path)
         if self.lane is not None:
             self.lane.close()
             self.lane = None
@@ -363,10 +386,39 @@ class Engine(QueueBuffers):
             self.state = Lifecycle.CLOSED
         err = self.closed_error()
         for group in (self.put_waiters, self._batch_waiters, self.sync_waiters,
-                      self.purge_waiters):
+                      self._sync_batch, self.purge_waiters):
             fail(group, err)
         self.wake_all_getters()
         self.wake_all_putters()
+
+    async def _final_flush(self) -> None:
+        """Write what is pending and sync the data and meta, for close.
+
+        Up to ``_CLOSE_ATTEMPTS`` attempts with a pause between them; then it gives
+        up with one logged error. The files stay consistent: the meta on disk is
+        the last one stored, and the next open recovers the records written after
+        it, as after a kill.
+        """
+        self.state = Lifecycle.CLOSING
+        failures = 0
+        for _ in range(_CLOSE_ATTEMPTS + 2):  # a write, a sync, and their retries
+            if (job := self._build_job(pipelined=False)) is None:
+                return
+            if self.meta_held:
+                job.meta_read = None
+            flight = self._dispatch(job)
+            res: JobResult = await flight.fut
+            self._apply(flight, res)
+            if not (job.sync and not res.synced) and res.write_error is None:
+                continue
+            failures += 1
+            if failures >= _CLOSE_ATTEMPTS:
+                break
+            await asyncio.sleep(_CLOSE_BACKOFF[min(failures, len(_CLOSE_BACKOFF)) - 1])
+        if self.since_sync > 0 or (self._meta_changed() and not self.meta_held):
+            log.error("%s: closed without storing the last state after %d failed attempt(s); "
+                      "the files are consistent and the next open recovers what was written "
+                      "after the last stored meta", self.layout.meta_path, failures)
 
     def _build_job(self, pipelined: bool) -> Job | None:
         """The next hop's work; None if there is nothing to do.
@@ -401,7 +453,9 @@ class Engine(QueueBuffers):
         dirty = self.since_sync > 0 or self._meta_changed()
         force = (self._force_meta or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
-        if (force or self.since_sync >= self.sync_every) and (dirty or self.sync_waiters):
+        if ((force or (self.since_sync >= self.sync_every
+                       and (self._sync_may_retry() or (job.payloads and self.sync_every == 1))))
+                and (dirty or self.sync_waiters)):
             job.sync = True
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
@@ -419,7 +473,11 @@ class Engine(QueueBuffers):
                 and not closing and self.corruption is None):
             job.read_from = self.read_at
             job.read_budget = self.opts.read_buffer_bytes - self.ready_bytes
-        if job.payloads is None and not job.sync and job.read_from is None and not job.reset_writer:
+        if self._recount_wanted and not closing:
+            self._recount_wanted = False
+            job.recount_from = self.read_at
+        if (job.payloads is None and not job.sync and job.read_from is None
+                and not job.reset_writer and job.recount_from is None):
             return None
         return job
 
@@ -454,10 +512,10 @@ class Engine(QueueBuffers):
                     f"write to {self.layout.segment_path(self.write_at[0])} failed, "
                     f"{n} message(s) not stored: {res.write_error}")
                 err.__cause__ = res.write_error
-                log.error("%s", err)
+                self._log_error(str(res.write_error), "%s", err)
                 self.since_sync = max(0, self.since_sync - n)
                 if not batch:
-                    self.write_error = err
+                    self._note_unstored(n, err)
                 fail(batch, err)
             else:
                 if not stale:
@@ -482,12 +540,10 @@ class Engine(QueueBuffers):
                 self.syncs += 1
                 if res.meta is not None:
                     self._last_meta = res.meta
+                self._sync_succeeded()
                 succeed(syncs)
             else:
-                err = DiskQueueError(f"sync of {self.layout.meta_path} failed: {res.sync_error}")
-                err.__cause__ = res.sync_error
-                log.error("%s", err)  # retried by the timer, one interval later
-                fail(syncs, err)
+                fail(syncs, self._sync_failed(res.sync_error))
         if res.read_error is not None:
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
@@ -501,6 +557,11 @@ class Engine(QueueBuffers):
                 log.error("%s", res.corruption)
                 self.corruption = res.corruption
                 self.wake_all_getters()
+        if job.recount_from is not None and not stale:
+            if res.remaining is not None and not res.quarantined and res.handoff is None:
+                self.depth = len(self.ready) + res.remaining
+            elif res.remaining is None:
+                self._recount_wanted = True  # went to the write lane: ask again
         if res.quarantined and not stale:
             self.bad_files += len(res.quarantined)
             if res.remaining is not None:
@@ -515,6 +576,8 @@ class Engine(QueueBuffers):
             log.info("%s: depth corrected from %d to %d", self.layout.meta_path, self.depth,
                      len(self.ready))
             self.depth = len(self.ready)
+        if not stale:
+            self._check_depth_floor()
         if self.ready and self.getters:
             for _ in range(min(len(self.ready), len(self.getters))):
                 wake(self.getters.popleft())
