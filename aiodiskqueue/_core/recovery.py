@@ -14,7 +14,7 @@ import logging
 import os
 
 from .._format.layout import file_size, fsync_dir
-from .._format.meta import Meta, load_meta, position_problems
+from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
 from .._format.scan import BAD_LENGTH, realign, scan_segment
 from ..errors import CorruptionError
 from .store import OpenState, SegmentStore
@@ -108,7 +108,7 @@ class Recovery:
             raise CorruptionError(lay.meta_path, 0,
                                   f"meta {meta.encode()!r} does not match the segments: {reason}")
         rf, rp = meta.read
-        if problems and (rf not in sizes or sizes[rf] < rp or any(n < rf for n in segs)):
+        if not read_is_trusted(meta, sizes):
             # The read position cannot be trusted, or files it would skip exist: count
             # from the first segment (records may be delivered again, none is lost).
             rf, rp = min(segs, default=0), 0

@@ -107,6 +107,22 @@ def position_problems(meta: Meta, sizes: Mapping[int, int]) -> list[str]:
     return out
 
 
+def read_is_trusted(meta: Meta, sizes: Mapping[int, int]) -> bool:
+    """Can readers start at ``meta``'s read position, given the segment files
+    (number -> size)?
+
+    Yes when the positions fit the files. When they do not, only if the read
+    position lies inside an existing file and no file below it exists (which
+    would otherwise be skipped, or deleted as consumed): else every reader of
+    the queue (the queue itself, verify, repair, dump) starts at the first
+    segment, and records may be delivered again but none is lost.
+    """
+    if not position_problems(meta, sizes):
+        return True
+    rf, rp = meta.read
+    return rf in sizes and rp <= sizes[rf] and not any(n < rf for n in sizes)
+
+
 def load_meta(path: str) -> Meta | None:
     """Read the meta file at ``path``; ``None`` if it does not exist.
 
