@@ -560,6 +560,7 @@ class Engine(ErrorPaths):
         if job.recount_from is not None and not stale:
             if res.remaining is not None and not res.quarantined and res.handoff is None:
                 self.depth = len(self.ready) + res.remaining
+                self._recounted_at = self.read_at
             elif res.remaining is None:
                 self._recount_wanted = True  # went to the write lane: ask again
         if res.quarantined and not stale:

@@ -31,6 +31,7 @@ class ErrorPaths(QueueBuffers):
         self._sync_failures = 0  # consecutive failed sync rounds
         self._logged: dict[str, float] = {}  # error text -> when it was last logged
         self._recount_wanted = False  # the depth is known to be wrong: recount it
+        self._recounted_at: tuple[int, int] | None = None  # read cursor of the last recount
         self.meta_held = False  # hold_meta(): close stores no meta
         self._unstored = 0  # put_nowait messages lost to failed writes since write_error was taken
 
@@ -118,12 +119,15 @@ class ErrorPaths(QueueBuffers):
         """Never a depth below what is known to be unread: every ready record, plus one
         while unread bytes remain on disk. A depth below that (a wrong meta file) is
         raised to it at once and recounted exactly by the next hop."""
-        floor = len(self.ready) + (1 if self.read_at < self.write_at else 0)
+        # After a recount from this cursor its result is the truth: what lies between the
+        # cursor and the write position may be no record at all (a file's end, damage).
+        on_disk = self.read_at < self.write_at and self.read_at != self._recounted_at
+        floor = len(self.ready) + (1 if on_disk else 0)
         if self.depth < floor:
             log.warning("%s: depth %d is below the %d record(s) known to be unread; "
                         "recounting", self.layout.meta_path, self.depth, floor)
             self.depth = floor
-            if self.read_at < self.write_at:
+            if on_disk:
                 self._recount_wanted = True
                 wake(self.sync_req)
 

@@ -75,8 +75,16 @@ class Recovery:
                 meta = Meta(0, 0, 0, 0, 0)
         else:
             meta, recovered = self._from_meta(meta, segs)
+        meta = self._past_file_end(meta)
         on_disk = sum(file_size(p) for p in lay.segments().values())
         return OpenState(meta, len(lay.bad_files()) - bad_before, on_disk, recovered)
+
+    def _past_file_end(self, meta: Meta) -> Meta:
+        """A read position at the end of a completed file is the start of the next one."""
+        rf, rp = meta.read
+        if rf < meta.write_file_num and rp > 0 and rp >= file_size(self.layout.segment_path(rf)):
+            return Meta(meta.depth, rf + 1, 0, *meta.write)
+        return meta
 
     def _from_meta(self, meta: Meta, segs: dict[int, str]) -> tuple[Meta, int]:
         """The state from a parseable meta file, checked against the segments.
