@@ -96,8 +96,7 @@ def _garble_meta(rng: random.Random, meta: MetaText, case: Case) -> bytes | None
         # Never a different record boundary: skipping records there is undetectable.
         size = len(case.files.get(rf, b""))
         rp = rng.choice([size + 1 + rng.randrange(100), rp + 1, rp + 2])
-        if (rf, rp) > (wf, wp):
-            wf, wp = rf, rp
+        wf, wp = max((wf, wp), (rf, rp))
     elif kind == "huge":
         wf = rng.choice([10**18, 10**19, 2**63])
     elif kind == "garbage":
