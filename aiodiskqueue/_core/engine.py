@@ -543,7 +543,7 @@ class Engine(ErrorPaths):
                 self._sync_succeeded()
                 succeed(syncs)
             else:
-                fail(syncs, self._sync_failed(res.sync_error))
+                fail(syncs, self._sync_failed(res.sync_error, bool(syncs)))
         if res.read_error is not None:
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)

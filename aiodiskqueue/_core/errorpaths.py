@@ -78,7 +78,7 @@ class ErrorPaths(QueueBuffers):
         self._logged[key] = now
         log.error(msg, *args)
 
-    def _sync_failed(self, cause: OSError | None) -> DiskQueueError:
+    def _sync_failed(self, cause: OSError | None, callers: bool) -> DiskQueueError:
         """Account for a failed sync round; return the error for its sync() callers.
 
         The next round is put off by a doubling delay. A ``put_nowait`` batch that
@@ -91,7 +91,8 @@ class ErrorPaths(QueueBuffers):
         delay = min(interval * 2 ** (self._sync_failures - 1), max(interval, _SYNC_BACKOFF_MAX))
         self._sync_due_at = loop.time() + delay
         msg = f"sync of {self.layout.meta_path} failed: {cause}"
-        earlier = self.take_write_error()
+        # Only a sync() caller reports it: a timer round leaves it for the next sync().
+        earlier = self.take_write_error() if callers else None
         if earlier is not None:
             msg += f"; before it, {earlier}"
         err = DiskQueueError(msg)

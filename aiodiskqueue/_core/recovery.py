@@ -80,11 +80,14 @@ class Recovery:
         return OpenState(meta, len(lay.bad_files()) - bad_before, on_disk, recovered)
 
     def _past_file_end(self, meta: Meta) -> Meta:
-        """A read position at the end of a completed file is the start of the next one."""
+        """A read position at the end of a completed file (or in an empty or missing
+        one) is the start of the next one."""
         rf, rp = meta.read
-        if rf < meta.write_file_num and rp > 0 and rp >= file_size(self.layout.segment_path(rf)):
-            return Meta(meta.depth, rf + 1, 0, *meta.write)
-        return meta
+        for _ in range(len(self.layout.segments()) + 1):  # bounded by the files that exist
+            if rf >= meta.write_file_num or rp < file_size(self.layout.segment_path(rf)):
+                break
+            rf, rp = rf + 1, 0
+        return meta if (rf, rp) == meta.read else Meta(meta.depth, rf, rp, *meta.write)
 
     def _from_meta(self, meta: Meta, segs: dict[int, str]) -> tuple[Meta, int]:
         """The state from a parseable meta file, checked against the segments.
