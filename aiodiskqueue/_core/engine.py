@@ -40,9 +40,6 @@ log = logging.getLogger("aiodiskqueue")
 # Splitting one pending batch into two pipelined hops was measured slower: the I/O
 # thread then waits for the GIL while the loop wakes producers.
 _MAX_FLIGHTS = 2
-# Close: attempts at the final write and sync, and the pause before each retry.
-_CLOSE_ATTEMPTS = 3
-_CLOSE_BACKOFF = (0.05, 0.25)
 
 
 @dataclass(slots=True)
@@ -390,35 +387,6 @@ class Engine(ErrorPaths):
             fail(group, err)
         self.wake_all_getters()
         self.wake_all_putters()
-
-    async def _final_flush(self) -> None:
-        """Write what is pending and sync the data and meta, for close.
-
-        Up to ``_CLOSE_ATTEMPTS`` attempts with a pause between them; then it gives
-        up with one logged error. The files stay consistent: the meta on disk is
-        the last one stored, and the next open recovers the records written after
-        it, as after a kill.
-        """
-        self.state = Lifecycle.CLOSING
-        failures = 0
-        for _ in range(_CLOSE_ATTEMPTS + 2):  # a write, a sync, and their retries
-            if (job := self._build_job(pipelined=False)) is None:
-                return
-            if self.meta_held:
-                job.meta_read = None
-            flight = self._dispatch(job)
-            res: JobResult = await flight.fut
-            self._apply(flight, res)
-            if not (job.sync and not res.synced) and res.write_error is None:
-                continue
-            failures += 1
-            if failures >= _CLOSE_ATTEMPTS:
-                break
-            await asyncio.sleep(_CLOSE_BACKOFF[min(failures, len(_CLOSE_BACKOFF)) - 1])
-        if self.since_sync > 0 or (self._meta_changed() and not self.meta_held):
-            log.error("%s: closed without storing the last state after %d failed attempt(s); "
-                      "the files are consistent and the next open recovers what was written "
-                      "after the last stored meta", self.layout.meta_path, failures)
 
     def _build_job(self, pipelined: bool) -> Job | None:
         """The next hop's work; None if there is nothing to do.

@@ -6,13 +6,15 @@ unread. :class:`~aiodiskqueue._core.engine.Engine` is its subclass.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._format.layout import Layout
 from ..errors import DiskQueueError
-from .buffers import QueueBuffers, describe_error, wake
+from .buffers import Lifecycle, QueueBuffers, describe_error, wake
 from .options import Options
+from .store import Job, JobResult
 
 log = logging.getLogger("aiodiskqueue")
 
@@ -20,6 +22,9 @@ log = logging.getLogger("aiodiskqueue")
 _SYNC_BACKOFF_MAX = 60.0
 # The same error is logged at most once per this many seconds.
 _LOG_EVERY = 10.0
+# Close: attempts at the final write and sync, and the pause before each retry.
+_CLOSE_ATTEMPTS = 3
+_CLOSE_BACKOFF = (0.05, 0.25)
 
 
 class ErrorPaths(QueueBuffers):
@@ -42,6 +47,41 @@ class ErrorPaths(QueueBuffers):
         err = DiskQueueError(f"queue {self.layout.name!r}: {describe_error(exc)}")
         err.__cause__ = exc
         return err
+
+    if TYPE_CHECKING:  # the engine's, used by _final_flush()
+        def _build_job(self, pipelined: bool) -> Job | None: ...
+        def _dispatch(self, job: Job) -> Any: ...
+        def _apply(self, flight: Any, res: JobResult) -> None: ...
+        def _meta_changed(self) -> bool: ...
+
+    async def _final_flush(self) -> None:
+        """Write what is pending and sync the data and meta, for close.
+
+        Up to ``_CLOSE_ATTEMPTS`` attempts with a pause between them; then it gives
+        up with one logged error. The files stay consistent: the meta on disk is
+        the last one stored, and the next open recovers the records written after
+        it, as after a kill.
+        """
+        self.state = Lifecycle.CLOSING
+        failures = 0
+        for _ in range(_CLOSE_ATTEMPTS + 2):  # a write, a sync, and their retries
+            if (job := self._build_job(pipelined=False)) is None:
+                return
+            if self.meta_held:
+                job.meta_read = None
+            flight = self._dispatch(job)
+            res: JobResult = await flight.fut
+            self._apply(flight, res)
+            if not (job.sync and not res.synced) and res.write_error is None:
+                continue
+            failures += 1
+            if failures >= _CLOSE_ATTEMPTS:
+                break
+            await asyncio.sleep(_CLOSE_BACKOFF[min(failures, len(_CLOSE_BACKOFF)) - 1])
+        if self.since_sync > 0 or (self._meta_changed() and not self.meta_held):
+            log.error("%s: closed without storing the last state after %d failed attempt(s); "
+                      "the files are consistent and the next open recovers what was written "
+                      "after the last stored meta", self.layout.meta_path, failures)
 
     def hold_meta(self) -> None:
         """Close without storing a meta file: the one on disk stays as it is.
