@@ -218,6 +218,11 @@ async def _ack_fill_and_finish(mnt: Path, n: int) -> tuple[list[bytes], list[byt
     return stored, finished
 
 
+async def test_ack_queue_close_on_a_full_disk_returns(small_fs: Path) -> None:
+    stored, finished = await _ack_fill_and_finish(small_fs, 10)  # closes within 10 s
+    assert len(stored) > 500 and finished == stored[:10]
+
+
 @pytest.mark.xfail(strict=True, raises=AssertionError,
                    reason="AckQueue closes its data queue after a failed final commit of the "
                           "ack log, and that close stores a data meta past records taken but "

@@ -93,9 +93,10 @@ def _garble_meta(rng: random.Random, meta: MetaText, case: Case) -> bytes | None
     elif kind == "write_pos":
         wp = rng.randrange(0, MAX_BYTES * 2)
     elif kind == "read_bad":
-        # Never a different record boundary: skipping records there is undetectable.
+        # Never a different record boundary, nor a place garbage appended later may
+        # reach: a read position moved forward to a plausible place is undetectable.
         size = len(case.files.get(rf, b""))
-        rp = rng.choice([size + 1 + rng.randrange(100), rp + 1, rp + 2])
+        rp = rng.choice([size + 31 + rng.randrange(100), rp + 1, rp + 2])
         wf, wp = max((wf, wp), (rf, rp))
     elif kind == "huge":
         wf = rng.choice([10**18, 10**19, 2**63])
