@@ -21,7 +21,7 @@ from aiodiskqueue import AckQueue, DiskQueue, DiskQueueError
 
 MSG = 1000  # bytes per message: a 1 MiB filesystem holds about a thousand
 OPTS = {"max_bytes_per_file": 64 * 1024}
-SPARE = "q.diskqueue.meta.dat.spare"
+SPARE = "q.diskqueue.meta.dat.0.tmp"
 
 
 def _mount(mnt: Path, *opts: str) -> subprocess.CompletedProcess[bytes]:

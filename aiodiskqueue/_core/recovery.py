@@ -14,7 +14,7 @@ import logging
 import os
 
 from .._format.layout import file_size, fsync_dir
-from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
+from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
 from .._format.scan import BAD_LENGTH, realign, scan_segment
 from ..errors import CorruptionError
 from .store import OpenState, SegmentStore
@@ -50,6 +50,8 @@ class Recovery:
         segs = lay.segments()
         bad_before = len(lay.bad_files())
         for tmp in lay.meta_temp_files():
+            if tmp == spare_path(lay.meta_path):
+                continue  # kept: the next meta store writes into it, even on a full disk
             # Left by a process killed inside store_meta(); we hold the lock, so no live
             # process is writing it.
             log.info("%s: removing leftover temp file", tmp)

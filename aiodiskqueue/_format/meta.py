@@ -137,8 +137,12 @@ def load_meta(path: str) -> Meta | None:
 
 
 def spare_path(path: str) -> str:
-    """The preallocated file the next meta store of ``path`` writes into."""
-    return path + ".spare"
+    """The preallocated file the next meta store of ``path`` writes into.
+
+    Named like a temp file of process 0 (never a real store's pid), so whatever
+    lists a queue's temp files (the broker removing a store) finds it too.
+    """
+    return f"{path}.0.tmp"
 
 
 def store_meta(path: str, meta: Meta) -> None:
