@@ -187,3 +187,103 @@ async def test_disk_full_state_survives_reopen(tmp_path: Path,
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=64) as q:
         assert q.qsize() == 2
         assert [await q.get(), await q.get()] == [b"a" * 10, b"b" * 10]
+
+
+# ---------------------------------------------------------------------- the ioLoop's error paths
+
+
+async def test_any_exception_in_a_hop_fails_every_waiter(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from aiodiskqueue._core.store import SegmentStore
+
+    q = await DiskQueue.open(tmp_path, "q")
+    try:
+        await q.put(b"first")
+        assert await q.get() == b"first"
+        getter = asyncio.ensure_future(q.get())
+        await asyncio.sleep(0)
+
+        def boom(self: SegmentStore, job: object) -> None:
+            raise OverflowError("Python int too large to convert to C long")
+
+        monkeypatch.setattr(SegmentStore, "run", boom)
+        monkeypatch.setattr("aiodiskqueue._core.engine._lane.available", lambda: False)
+        q._e.lane = None  # every hop goes to the patched store
+        puts = [asyncio.ensure_future(q.put(b"x%d" % i)) for i in range(3)]
+        syncer = asyncio.ensure_future(q.sync())
+        done, pending = await asyncio.wait([*puts, syncer, getter], timeout=10)
+        assert not pending
+        for t in done:
+            assert isinstance(t.exception(), DiskQueueError), t
+        with pytest.raises(DiskQueueError, match="is broken: OverflowError") as ei:
+            await q.put(b"later")
+        assert "open the queue again" in str(ei.value)
+    finally:
+        await asyncio.wait_for(asyncio.shield(q.aclose()), 10)
+
+
+class _MetaStoreFails:
+    """``store_meta`` in the store fails with ENOSPC while ``on`` is set, counting calls."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from aiodiskqueue._core import store
+
+        self.on = False
+        self.calls = 0
+        real = store.store_meta
+
+        def fake(path: str, meta: Any) -> None:
+            if self.on:
+                self.calls += 1
+                raise OSError(errno.ENOSPC, "No space left on device", path)
+            real(path, meta)
+
+        monkeypatch.setattr(store, "store_meta", fake)
+
+
+async def test_close_gives_up_after_bounded_retries(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    fails = _MetaStoreFails(monkeypatch)
+    q = await DiskQueue.open(tmp_path, "q")
+    await q.put_many([b"a", b"b", b"c"])
+    await q.sync()
+    assert await q.get() == b"a"
+    fails.on = True
+    with caplog.at_level(logging.ERROR, logger="aiodiskqueue"):
+        await asyncio.wait_for(asyncio.shield(q.aclose()), 10)
+    assert 1 <= fails.calls <= 3
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert sum("closed without storing" in m for m in errors) == 1
+    assert len(errors) <= 2  # the first failure, then the give-up line
+    fails.on = False
+    async with DiskQueue(tmp_path, "q") as q:  # the last stored meta: a comes again
+        assert [await q.get() for _ in range(3)] == [b"a", b"b", b"c"]
+
+
+async def test_failing_sync_rounds_back_off_and_log_once(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    fails = _MetaStoreFails(monkeypatch)
+    q = await DiskQueue.open(tmp_path, "q", sync_every=1, sync_interval=0.01)
+    try:
+        await q.put_many([b"m%d" % i for i in range(200)])
+        fails.on = True
+        with caplog.at_level(logging.ERROR, logger="aiodiskqueue"):
+            for _ in range(200):  # each take asks for a sync round (sync_every=1)
+                await q.get()
+                await asyncio.sleep(0.002)  # lets the ioLoop run its hops
+        # Without backoff every take stores the meta; with it, a handful of attempts.
+        assert 1 <= fails.calls <= 20
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1
+        fails.on = False
+        await q.sync()  # an explicit sync() always tries, and now succeeds
+    finally:
+        await asyncio.wait_for(asyncio.shield(q.aclose()), 10)

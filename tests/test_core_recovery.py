@@ -287,3 +287,97 @@ async def test_leftover_meta_temp_files_removed(tmp_path: Path) -> None:
     got, _ = await drain(tmp_path, max_bytes_per_file=1000)
     assert got == msgs
     assert not mine.exists() and other.exists()  # another queue's file is not ours
+
+
+# ---------------------------------------------------------------------- metas that contradict the files
+
+
+def _rec(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def _files(directory: Path, segs: dict[int, bytes], meta: bytes | None) -> None:
+    for num, data in segs.items():
+        (directory / seg_name("q", num)).write_bytes(data)
+    if meta is not None:
+        (directory / meta_name("q")).write_bytes(meta)
+
+
+async def _take_all(directory: Path, **opts: Any) -> tuple[list[bytes], int]:
+    """Open, take every message (waiting a little for each), close."""
+    async with DiskQueue(directory, "q", **opts) as q:
+        got = []
+        while q.qsize():
+            got.append(await asyncio.wait_for(q.get(), 10))
+        return got, q.statistics().bad_files
+
+
+@pytest.mark.parametrize("meta", [b"3\n5,0\n5,0\n", b"3\n2,0\n2,0\n", b"0\n0,100\n1,0\n",
+                                  b"9\n1,0\n7,0\n"],
+                         ids=["both-past-the-files", "past-with-depth", "read-past-end",
+                              "write-file-far-ahead"])
+async def test_meta_that_contradicts_the_files_deletes_nothing(tmp_path: Path,
+                                                               meta: bytes) -> None:
+    # Segments 0 and 1 hold a, b and c; the meta cannot describe them.
+    _files(tmp_path, {0: _rec(b"a") + _rec(b"b"), 1: _rec(b"c")}, meta)
+    got, bad = await _take_all(tmp_path)
+    assert got == [b"a", b"b", b"c"] and bad == 0
+
+
+@pytest.mark.parametrize("meta", [b"3\n5,0\n5,0\n", b"0\n0,100\n1,0\n"])
+async def test_meta_that_contradicts_the_files_is_corruption_in_strict_mode(
+        tmp_path: Path, meta: bytes) -> None:
+    from aiodiskqueue import CorruptionError
+
+    _files(tmp_path, {0: _rec(b"a") + _rec(b"b"), 1: _rec(b"c")}, meta)
+    with pytest.raises(CorruptionError, match="does not match the segments"):
+        await DiskQueue.open(tmp_path, "q", strict=True)
+    assert segment_numbers(tmp_path, "q") == [0, 1]
+    assert (tmp_path / meta_name("q")).read_bytes() == meta
+
+
+@pytest.mark.parametrize("meta", [b"3\n0,0\n1,5\n", b"0\n0,0\n0,0\n", None],
+                         ids=["correct-meta", "stale-meta", "no-meta"])
+async def test_intact_records_before_damage_are_delivered(tmp_path: Path,
+                                                          meta: bytes | None) -> None:
+    # Segment 0: a, b, then a length of -1 and junk; segment 1: c.
+    seg0 = _rec(b"a") + _rec(b"b") + b"\xff\xff\xff\xff" + b"junkjunk"
+    _files(tmp_path, {0: seg0, 1: _rec(b"c")}, meta)
+    got, bad = await _take_all(tmp_path)
+    assert got == [b"a", b"b", b"c"] and bad == 1
+    saved = bad_files(tmp_path)
+    assert len(saved) == 1 and (tmp_path / saved[0]).read_bytes().endswith(b"junkjunk")
+
+
+async def test_read_position_past_the_files_is_not_a_write_position(tmp_path: Path) -> None:
+    # The read position lies past the end of the last segment and the write file is
+    # missing: taking it as the write position would extend the file to 10 GB.
+    _files(tmp_path, {0: _rec(b"a")}, b"0\n0,10000000000\n1,0\n")
+    async with DiskQueue(tmp_path, "q") as q:
+        await asyncio.wait_for(q.put(b"b"), 10)
+        assert [await q.get(), await q.get()] == [b"a", b"b"]
+    assert all((tmp_path / seg_name("q", n)).stat().st_size < 100
+               for n in segment_numbers(tmp_path, "q"))
+
+
+@pytest.mark.parametrize("number", ["10000000000000000000", "18446744073709551616"])
+async def test_meta_numbers_outside_int64_are_unreadable(tmp_path: Path, number: str) -> None:
+    _files(tmp_path, {0: _rec(b"a")}, f"1\n0,0\n{number},7\n".encode())
+    got, _ = await _take_all(tmp_path)
+    assert got == [b"a"]
+    assert (tmp_path / (meta_name("q") + ".bad")).exists()
+
+
+async def test_depth_too_low_never_empty_nor_negative(tmp_path: Path) -> None:
+    # 3000 messages on disk, a meta claiming 10, a read buffer holding ~200.
+    msgs = msgs_of(3000)
+    meta = write_queue(tmp_path, "q", msgs, 1 << 20)
+    (tmp_path / meta_name("q")).write_bytes(
+        MetaText(10, 0, 0, meta.write_file, meta.write_pos).encode())
+    async with DiskQueue(tmp_path, "q", read_buffer_bytes=4096) as q:
+        got = []
+        while len(got) < len(msgs):
+            assert q.qsize() >= 1 and not q.empty()
+            got.append(await asyncio.wait_for(q.get(), 10))
+            assert q.qsize() == len(msgs) - len(got) or len(got) < 400
+        assert got == msgs and q.qsize() == 0 and q.empty()

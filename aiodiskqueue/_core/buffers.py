@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import errno
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,17 @@ def wake(fut: asyncio.Future[Any] | None) -> None:
     """Resolve ``fut`` with None unless it is None or already done."""
     if fut is not None and not fut.done():
         fut.set_result(None)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short text for ``exc``: for an OSError its message, errno name and file."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        where = f" on {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror} ({name}){where}"
+    if isinstance(exc, DiskQueueError) and isinstance(exc.__cause__, OSError):
+        return describe_error(exc.__cause__)
+    return repr(exc)
 
 
 def fail(waiters: list[asyncio.Future[None]], exc: BaseException) -> None:
@@ -136,7 +148,14 @@ class QueueBuffers:
         """The error for a call on a queue that is not open."""
         name = self.layout.name
         if self.state is Lifecycle.BROKEN:
-            return DiskQueueError(f"queue {name!r} is broken: {self.error!r}")
+            assert self.error is not None
+            err = DiskQueueError(
+                f"queue {name!r} is broken: {describe_error(self.error)}; nothing more is "
+                "written or read through this queue object. What was stored before stays on "
+                "disk: close it and open the queue again once the cause is fixed (for "
+                "example, the filesystem is writable again or has free space)")
+            err.__cause__ = self.error
+            return err
         if self.state is Lifecycle.NEW:
             return QueueClosed(f"queue {name!r} is not open yet")
         if self.state is _SHUTDOWN:

@@ -28,7 +28,8 @@ from .._format.meta import Meta
 from ..errors import DiskQueueError
 from . import inline as _inline
 from . import lane as _lane
-from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
+from .buffers import Lifecycle, fail, succeed, wake
+from .errorpaths import ErrorPaths
 from .iothread import Hop, IOThread
 from .lane import LaneResult
 from .options import Options
@@ -64,7 +65,7 @@ class _LaneWrite:
     total: int  # bytes, headers included
 
 
-class Engine(QueueBuffers):
+class Engine(ErrorPaths):
     """The task that moves one open queue's buffers to and from disk."""
 
     def __init__(self, layout: Layout, opts: Options) -> None:
@@ -122,6 +123,7 @@ class Engine(QueueBuffers):
         self.bad_files = st.bad_files
         self.bytes_on_disk = st.bytes_on_disk
         self.recovered = st.recovered
+        self._check_depth_floor()
         self._last_meta = None  # the first sync always stores a meta of ours
         self._force_meta = True
         loop = self.loop
@@ -167,7 +169,10 @@ class Engine(QueueBuffers):
                 if self.purge_waiters and not flights:
                     await self._purge()
                     continue
-                if len(flights) < _MAX_FLIGHTS and not self.purge_waiters:
+                if self.state is Lifecycle.CLOSING and not flights:
+                    break  # _finish() writes what is pending and syncs, a bounded number of times
+                if (len(flights) < _MAX_FLIGHTS and not self.purge_waiters
+                        and self.state is not Lifecycle.CLOSING):
                     flight = self._next_flight()
                     if flight is not None:
                         flights.append(flight)
@@ -297,13 +302,31 @@ class Engine(QueueBuffers):
         return flight
 
     def _complete(self, flight: _Flight) -> None:
-        """Apply a finished flight's result (raises what the I/O thread raised)."""
-        if flight is self._beside:
-            self._apply(flight, _inline.settle(self, flight))
-        elif flight.lane is None:
-            self._apply(flight, flight.fut.result())
-        else:
-            self._apply(flight, self._lane_result(flight))
+        """Apply a finished flight's result (raises what the I/O thread raised, after
+        failing the flight's waiters with a DiskQueueError)."""
+        try:
+            if flight is self._beside:
+                res = _inline.settle(self, flight)
+            elif flight.lane is None:
+                res = flight.fut.result()
+            else:
+                res = self._lane_result(flight)
+        except BaseException as exc:
+            if flight.job.payloads is not None:
+                self.unwritten = max(0, self.unwritten - len(flight.job.payloads))
+            self._fail_flight(flight, exc)
+            raise
+        try:
+            self._apply(flight, res)
+        except BaseException as exc:
+            self._fail_flight(flight, exc)
+            raise
+
+    def _fail_flight(self, flight: _Flight, exc: BaseException) -> None:
+        """Fail the waiters of a flight whose result cannot be applied."""
+        err = self._failure(exc)
+        fail(flight.waiters, err)
+        fail(flight.sync_waiters, err)
 
     def _lane_result(self, flight: _Flight, outcome: LaneResult | None = None) -> JobResult:
         """Turn a lane flight's (written, write errno, sync errno), its future's result
@@ -343,21 +366,21 @@ class Engine(QueueBuffers):
         """Apply the hops in flight, write what is pending, sync, close. Never raises."""
         io = self.io
         assert io is not None
-        try:
-            while self._flights:
-                flight = self._flights[0]
-                if not flight.fut.done():
-                    await asyncio.wait([flight.fut])
+        while self._flights:
+            flight = self._flights[0]
+            if not flight.fut.done():
+                await asyncio.wait([flight.fut])
+            try:
                 self._complete(self._flights.popleft())
-            if self.state is not Lifecycle.BROKEN:
-                self.state = Lifecycle.CLOSING
-                for _ in range(3):  # pending writes, then the final sync; no endless retry
-                    if (job := self._build_job(pipelined=False)) is None:
-                        break
-                    flight = self._dispatch(job)
-                    self._apply(flight, await flight.fut)
-        except BaseException:
-            log.exception("%s: final flush failed", self.layout.meta_path)
+            except BaseException as exc:  # noqa: BLE001 - its waiters are failed; go on
+                log.error("%s: a write in flight at close failed: %r", self.layout.meta_path, exc)
+                if self.state is not Lifecycle.BROKEN:
+                    self._break(exc)
+        if self.state is not Lifecycle.BROKEN:
+            try:
+                await self._final_flush()
+            except BaseException:
+                log.exception("%s: final flush failed", self.layout.meta_path)
         if self.lane is not None:
             self.lane.close()
             self.lane = None
@@ -375,7 +398,7 @@ class Engine(QueueBuffers):
             self.state = Lifecycle.CLOSED
         err = self.closed_error()
         for group in (self.put_waiters, self._batch_waiters, self.sync_waiters,
-                      self.purge_waiters):
+                      self._sync_batch, self.purge_waiters):
             fail(group, err)
         self.wake_all_getters()
         self.wake_all_putters()
@@ -413,7 +436,9 @@ class Engine(QueueBuffers):
         dirty = self.since_sync > 0 or self._meta_changed()
         force = (self._force_meta or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
-        if (force or self.since_sync >= self._sync_at) and (dirty or self.sync_waiters):
+        if ((force or (self.since_sync >= self._sync_at
+                       and (self._sync_may_retry() or (job.payloads and self.sync_every == 1))))
+                and (dirty or self.sync_waiters)):
             job.sync = True
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
@@ -431,7 +456,11 @@ class Engine(QueueBuffers):
                 and not closing and self.corruption is None):
             job.read_from = self.read_at
             job.read_budget = self.opts.read_buffer_bytes - self.ready_bytes
-        if job.payloads is None and not job.sync and job.read_from is None and not job.reset_writer:
+        if self._recount_wanted and not closing:
+            self._recount_wanted = False
+            job.recount_from = self.read_at
+        if (job.payloads is None and not job.sync and job.read_from is None
+                and not job.reset_writer and job.recount_from is None):
             return None
         return job
 
@@ -466,10 +495,10 @@ class Engine(QueueBuffers):
                     f"write to {self.layout.segment_path(self.write_at[0])} failed, "
                     f"{n} message(s) not stored: {res.write_error}")
                 err.__cause__ = res.write_error
-                log.error("%s", err)
+                self._log_error(str(res.write_error), "%s", err)
                 self.since_sync = max(0, self.since_sync - n)
                 if not batch:
-                    self.write_error = err
+                    self._note_unstored(n, err)
                 fail(batch, err)
             else:
                 if not stale:
@@ -494,12 +523,10 @@ class Engine(QueueBuffers):
                 self.syncs += 1
                 if res.meta is not None:
                     self._last_meta = res.meta
+                self._sync_succeeded()
                 succeed(syncs)
             else:
-                err = DiskQueueError(f"sync of {self.layout.meta_path} failed: {res.sync_error}")
-                err.__cause__ = res.sync_error
-                log.error("%s", err)  # retried by the timer, one interval later
-                fail(syncs, err)
+                fail(syncs, self._sync_failed(res.sync_error, bool(syncs)))
         if res.read_error is not None:
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
@@ -513,6 +540,12 @@ class Engine(QueueBuffers):
                 log.error("%s", res.corruption)
                 self.corruption = res.corruption
                 self.wake_all_getters()
+        if job.recount_from is not None and not stale:
+            if res.remaining is not None and not res.quarantined and res.handoff is None:
+                self.depth = len(self.ready) + res.remaining
+                self._recounted_at = self.read_at
+            elif res.remaining is None:
+                self._recount_wanted = True  # went to the write lane: ask again
         if res.quarantined and not stale:
             self.bad_files += len(res.quarantined)
             if res.remaining is not None:
@@ -527,6 +560,8 @@ class Engine(QueueBuffers):
             log.info("%s: depth corrected from %d to %d", self.layout.meta_path, self.depth,
                      len(self.ready))
             self.depth = len(self.ready)
+        if not stale:
+            self._check_depth_floor()
         if self.ready and self.getters:
             for _ in range(min(len(self.ready), len(self.getters))):
                 wake(self.getters.popleft())

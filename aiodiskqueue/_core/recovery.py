@@ -14,7 +14,7 @@ import logging
 import os
 
 from .._format.layout import file_size, fsync_dir
-from .._format.meta import Meta, load_meta
+from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
 from .._format.scan import BAD_LENGTH, realign, scan_segment
 from ..errors import CorruptionError
 from .store import OpenState, SegmentStore
@@ -50,6 +50,8 @@ class Recovery:
         segs = lay.segments()
         bad_before = len(lay.bad_files())
         for tmp in lay.meta_temp_files():
+            if tmp == spare_path(lay.meta_path):
+                continue  # kept: the next meta store writes into it, even on a full disk
             # Left by a process killed inside store_meta(); we hold the lock, so no live
             # process is writing it.
             log.info("%s: removing leftover temp file", tmp)
@@ -74,54 +76,61 @@ class Recovery:
             else:
                 meta = Meta(0, 0, 0, 0, 0)
         else:
+            meta, recovered = self._from_meta(meta, segs)
+        meta = self._past_file_end(meta)
+        on_disk = sum(file_size(p) for p in lay.segments().values())
+        return OpenState(meta, len(lay.bad_files()) - bad_before, on_disk, recovered)
+
+    def _past_file_end(self, meta: Meta) -> Meta:
+        """A read position at the end of a completed file (or in an empty or missing
+        one) is the start of the next one."""
+        rf, rp = meta.read
+        for _ in range(len(self.layout.segments()) + 1):  # bounded by the files that exist
+            if rf >= meta.write_file_num or rp < file_size(self.layout.segment_path(rf)):
+                break
+            rf, rp = rf + 1, 0
+        return meta if (rf, rp) == meta.read else Meta(meta.depth, rf, rp, *meta.write)
+
+    def _from_meta(self, meta: Meta, segs: dict[int, str]) -> tuple[Meta, int]:
+        """The state from a parseable meta file, checked against the segments.
+
+        Segments below the read file are deleted (consumed leftovers of a crash)
+        only when every position of the meta fits the files: a meta that
+        contradicts them never causes a deletion.
+        """
+        lay = self.layout
+        sizes = {n: file_size(p) for n, p in segs.items()}
+        problems = position_problems(meta, sizes)
+        reason = "; ".join(problems)
+        if not problems:
             for num in sorted(n for n in segs if n < meta.read_file_num):
                 # Left behind by a crash between a meta sync and the deletion it allowed.
                 log.info("%s: removing consumed segment left behind", segs[num])
                 os.remove(segs.pop(num))
-            consistent = self._consistent(meta, segs)
-            if consistent:
-                try:
-                    recovered = self._recover_tail(meta, segs)
-                except _Misaligned as exc:
-                    log.warning("%s: write position %d of %s is not a record boundary",
-                                lay.meta_path, exc.pos, exc.path)
-                    consistent = False
-            if consistent:
-                tail = self.write_file, self.write_pos
-                depth = meta.depth + recovered
-                if meta.read == tail:
-                    depth = 0
-                meta = Meta(depth, meta.read_file_num, meta.read_pos, *tail)
+            try:
+                recovered = self._recover_tail(meta, segs)
+            except _Misaligned as exc:
+                reason = f"write position {exc.pos} of {exc.path} is not a record boundary"
             else:
-                if self.strict:
-                    raise CorruptionError(lay.meta_path, 0,
-                                          f"meta {meta.encode()!r} does not match the segments")
-                log.warning("%s: meta %r does not match the segments; recounting from the "
-                            "read position", lay.meta_path, meta)
-                read_file, read_pos = meta.read
-                if read_file not in segs:
-                    later = [n for n in segs if n >= read_file]
-                    read_file, read_pos = (min(later), 0) if later else (meta.write_file_num, 0)
-                meta, recovered = self._rebuild(read_file, read_pos, segs)
-        on_disk = sum(file_size(p) for p in lay.segments().values())
-        return OpenState(meta, len(lay.bad_files()) - bad_before, on_disk, recovered)
-
-    def _consistent(self, meta: Meta, segs: dict[int, str]) -> bool:
-        if meta.depth < 0:
-            return False
-        wf, wp = meta.write
-        if wf in segs:
-            if file_size(segs[wf]) < wp:
-                return False
-        elif wp != 0:
-            return False
+                if meta.depth >= 0:
+                    tail = self.write_file, self.write_pos
+                    depth = 0 if meta.read == tail else meta.depth + recovered
+                    return Meta(depth, meta.read_file_num, meta.read_pos, *tail), recovered
+                reason = f"negative depth {meta.depth}"
+        if self.strict:
+            raise CorruptionError(lay.meta_path, 0,
+                                  f"meta {meta.encode()!r} does not match the segments: {reason}")
         rf, rp = meta.read
-        if meta.read != meta.write:
-            if any(n not in segs for n in range(rf, wf)):
-                return False
-            if rf in segs and rf < wf and file_size(segs[rf]) < rp:
-                return False
-        return True
+        if not read_is_trusted(meta, sizes):
+            # The read position cannot be trusted, or files it would skip exist: count
+            # from the first segment (records may be delivered again, none is lost).
+            rf, rp = min(segs, default=0), 0
+            log.warning("%s: meta %r does not match the segments (%s); recounting every "
+                        "segment from the first, nothing deleted", lay.meta_path, meta, reason)
+        else:
+            log.warning("%s: meta %r does not match the segments (%s); recounting from the "
+                        "read position", lay.meta_path, meta, reason)
+        return self._rebuild(rf, rp, segs)
 
     def _recover_tail(self, meta: Meta, segs: dict[int, str]) -> int:
         """Scan past the meta's write position: records written after the last meta sync."""
@@ -140,12 +149,8 @@ class Recovery:
                 # wrong, and truncating or quarantining here would destroy good records.
                 raise _Misaligned(segs[num], start)
             last = i == len(nums) - 1
-            if s.problem is not None and not last:
-                self.store.quarantine(num, s.end, s.problem)
-                segs.pop(num)
-                continue
             if s.problem is not None or s.end < s.size:
-                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
+                self._cut_tail(segs[num], num, s.end, s.size, s.problem, damaged=not last)
             if num != wf and s.records:
                 log.info("%s: recovered %d record(s) written after the last meta sync",
                          segs[num], s.records)
@@ -175,11 +180,9 @@ class Recovery:
                     read_pos = start = back
                     s = scan_segment(segs[num], num, start, None, self.min_size,
                                      self.max_size)
-            if s.problem is not None and i < len(nums) - 1:
-                self.store.quarantine(num, s.end, s.problem)
-                continue
             if s.problem is not None or s.end < s.size:
-                self._cut_tail(segs[num], num, s.end, s.size, s.problem)
+                self._cut_tail(segs[num], num, s.end, s.size, s.problem,
+                               damaged=i < len(nums) - 1)
             depth += s.records
             self.write_file, self.write_pos = num, s.end
         if read_file not in segs and nums:
@@ -187,16 +190,20 @@ class Recovery:
         read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
         return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
 
-    def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None) -> None:
-        """Truncate the last segment to its last whole record at ``end``.
+    def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None,
+                  damaged: bool = False) -> None:
+        """Truncate a segment to its last whole record at ``end``.
 
-        A torn record is what a crash leaves: it is dropped. A bad length field is
-        damage, and good records may follow it: those bytes are first saved to a
-        ``.bad`` file (in strict mode CorruptionError is raised instead).
+        A torn record at the end of the last segment is what a crash leaves: it is
+        dropped. A bad length field, or any problem in a segment before the last
+        (``damaged``), is damage, and good records may follow it: those bytes are
+        first saved to a ``.bad`` file (in strict mode CorruptionError is raised
+        instead). The whole records before ``end`` stay in the queue.
         """
-        if problem == BAD_LENGTH:
+        if problem == BAD_LENGTH or damaged:
             if self.strict:
-                raise CorruptionError(path, end, "record length outside the allowed range")
+                raise CorruptionError(path, end, "record length outside the allowed range"
+                                      if problem == BAD_LENGTH else "truncated record")
             dst = self.layout.free_bad_path(num)
             with open(path, "rb") as src, open(dst, "wb") as out:
                 src.seek(end)
@@ -205,8 +212,9 @@ class Recovery:
                 out.flush()
                 os.fsync(out.fileno())
             fsync_dir(self.layout.directory)
-            log.warning("%s: bad record length at offset %d; %d byte(s) from there saved as "
-                        "%s and cut off", path, end, size - end, dst)
+            log.warning("%s: %s at offset %d; %d byte(s) from there saved as %s and cut off",
+                        path, "bad record length" if problem == BAD_LENGTH else "damage", end,
+                        size - end, dst)
         else:
             log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
                         path, size - end, end, problem)

@@ -40,6 +40,7 @@ class Job:
     read_from: tuple[int, int] | None = None
     read_budget: int = 0
     reset_writer: bool = False  # first reopen the write segment, cut back to write_pos
+    recount_from: tuple[int, int] | None = None  # count the records on disk from here
 
 
 @dataclass(slots=True)
@@ -147,8 +148,13 @@ class SegmentStore:
         """Do one hop's work: write, sync (and meta), read ahead."""
         res = JobResult()
         if job.reset_writer:
-            self.reopen_writer()
-        if job.payloads:
+            try:
+                self.reopen_writer()
+            except OSError as exc:
+                # Not writable now (e.g. a read-only filesystem): this job's writes fail,
+                # the next write opens the segment again.
+                res.write_error = exc
+        if job.payloads and res.write_error is None:
             try:
                 before = self.bytes_on_disk
                 res.handoff = self.write(job.payloads, job.handoff)
@@ -173,6 +179,11 @@ class SegmentStore:
                 self.read(job.read_from, job.read_budget, res)
             except OSError as exc:
                 res.read_error = exc
+        if job.recount_from is not None and res.remaining is None and res.read_error is None:
+            try:
+                res.remaining = self.count_from(*(res.read_to or job.recount_from))
+            except OSError as exc:
+                log.warning("%s: recount failed: %s", self.layout.meta_path, exc)
         res.write_at = (self.write_file, self.write_pos)
         res.bytes_on_disk = self.bytes_on_disk
         return res

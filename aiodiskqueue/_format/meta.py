@@ -6,13 +6,17 @@ go-diskqueue's layout, ASCII, exactly
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .layout import fsync_dir
 
 _META_RE = re.compile(rb"\A(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n?\Z")
+_INT64_MAX = (1 << 63) - 1  # go-diskqueue's numbers are int64
+SPARE_SIZE = 4096  # blocks kept allocated for the next meta store
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +53,74 @@ class Meta:
     def decode(cls, data: bytes) -> Meta:
         """Parse meta file bytes.
 
-        Raises ValueError if ``data`` is not in go-diskqueue's meta layout or the
-        read position lies beyond the write position.
+        Raises ValueError if ``data`` is not in go-diskqueue's meta layout, a
+        number does not fit go-diskqueue's int64, or the read position lies
+        beyond the write position.
         """
         m = _META_RE.match(data)
         if m is None:
             raise ValueError(f"not a diskqueue meta file: {data[:64]!r}")
         meta = cls(*(int(g) for g in m.groups()))
+        if any(abs(v) > _INT64_MAX for v in (meta.depth, *meta.read, *meta.write)):
+            raise ValueError(f"a number of {data[:64]!r} does not fit in 64 bits")
         if meta.read > meta.write:
             raise ValueError(f"read position {meta.read} is past write position {meta.write}")
         return meta
+
+
+def position_problems(meta: Meta, sizes: Mapping[int, int]) -> list[str]:
+    """What the segment files (number -> size in bytes) contradict in ``meta``'s positions.
+
+    Empty if the positions can be right: the write position is inside its file
+    (or at 0 of the next file, not created yet), the read position inside an
+    existing file (or equal to the write position), every file between them
+    exists. Records past the write position are not a contradiction (written
+    after the last meta sync), nor are files below the read file (consumed
+    leftovers), unless the meta claims records where none can be. Costs one
+    pass over ``sizes``, whatever the numbers in ``meta``.
+    """
+    out: list[str] = []
+    rf, rp = meta.read
+    wf, wp = meta.write
+    last = max(sizes, default=None)
+    if wf in sizes:
+        if sizes[wf] < wp:
+            out.append(f"write position {wf},{wp} is past the end of segment {wf} "
+                       f"({sizes[wf]} bytes)")
+    elif wp != 0:
+        out.append(f"write position {wf},{wp} is in a segment that does not exist")
+    elif last is not None and wf > last + 1:
+        out.append(f"write segment {wf} lies past the last segment {last} and the next one")
+    if meta.read != meta.write:
+        if rf not in sizes:
+            out.append(f"read position {rf},{rp} is in a segment that does not exist")
+        elif sizes[rf] < rp:
+            out.append(f"read position {rf},{rp} is past the end of segment {rf} "
+                       f"({sizes[rf]} bytes)")
+        between = sum(1 for n in sizes if rf <= n < wf)
+        if rf in sizes and between < wf - rf:
+            out.append(f"{wf - rf - between} segment(s) between the read file {rf} and the "
+                       f"write file {wf} are missing")
+    elif meta.depth != 0 and any(n < rf for n in sizes):
+        out.append(f"depth {meta.depth} with equal read and write positions, beside "
+                   "segments below the read file")
+    return out
+
+
+def read_is_trusted(meta: Meta, sizes: Mapping[int, int]) -> bool:
+    """Can readers start at ``meta``'s read position, given the segment files
+    (number -> size)?
+
+    Yes when the positions fit the files. When they do not, only if the read
+    position lies inside an existing file and no file below it exists (which
+    would otherwise be skipped, or deleted as consumed): else every reader of
+    the queue (the queue itself, verify, repair, dump) starts at the first
+    segment, and records may be delivered again but none is lost.
+    """
+    if not position_problems(meta, sizes):
+        return True
+    rf, rp = meta.read
+    return rf in sizes and rp <= sizes[rf] and not any(n < rf for n in sizes)
 
 
 def load_meta(path: str) -> Meta | None:
@@ -74,18 +136,73 @@ def load_meta(path: str) -> Meta | None:
     return Meta.decode(data)
 
 
+def spare_path(path: str) -> str:
+    """The preallocated file the next meta store of ``path`` writes into.
+
+    Named like a temp file of process 0 (never a real store's pid), so whatever
+    lists a queue's temp files (the broker removing a store) finds it too.
+    """
+    return f"{path}.0.tmp"
+
+
 def store_meta(path: str, meta: Meta) -> None:
     """Replace the meta file atomically and durably.
 
-    Written to a temp file, fsynced, renamed over the old one, then the
-    directory is fsynced so the rename itself survives a power cut.
+    The new content goes into the spare file when there is one (blocks already
+    allocated: this works on a full disk), else into a temp file; it is
+    fsynced, renamed over the old one, then the directory is fsynced so the
+    rename itself survives a power cut. A new spare is allocated afterwards
+    (best effort: on a full disk it is retried by the next store).
+
+    Raises OSError if neither file can be written.
     """
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    data = meta.encode()
+    spare = spare_path(path)
     try:
-        os.write(fd, meta.encode())
+        fd = os.open(spare, os.O_WRONLY)
+        tmp = spare
+    except FileNotFoundError:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        # Write into allocated blocks, then shrink: neither needs a free block.
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
+    try:
+        make_spare(path)
+    except OSError:
+        pass  # the meta is stored; the next store uses a temp file, or makes the spare
+
+
+def make_spare(path: str) -> bool:
+    """Allocate the spare file for the next meta store of ``path``; False if there is no room.
+
+    Raises OSError on errors other than a full disk or quota.
+    """
+    spare = spare_path(path)
+    fd = os.open(spare, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, SPARE_SIZE)
+        return True
+    except OSError as exc:
+        if exc.errno == errno.EOPNOTSUPP or exc.errno == errno.EINVAL:
+            # No fallocate here: write zeros, which allocates the blocks just the same.
+            try:
+                os.write(fd, bytes(SPARE_SIZE))
+                return True
+            except OSError as exc2:
+                exc = exc2
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+    finally:
+        os.close(fd)
+    try:
+        os.remove(spare)  # a spare without blocks would fail like a temp file
+    except FileNotFoundError:
+        pass
+    return False

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .codec import HEADER, HEADER_SIZE, parse
+from .meta import Meta, read_is_trusted
 
 Record = tuple[bytes, int, int]
 """``(payload, file_num, end_offset)``: a message and the position just past it."""
@@ -156,3 +157,27 @@ def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) ->
     if s.end == pos or s.problem == BAD_LENGTH:
         return None
     return s.end
+
+
+def unread_start(meta: Meta | None, segs: dict[int, str], min_size: int,
+                 max_size: int) -> tuple[int, int]:
+    """Where the oldest unread record starts: the rule every reader of a queue follows.
+
+    The meta's read position when it can be trusted (see
+    :func:`~aiodiskqueue._format.meta.read_is_trusted`), moved back to the start
+    of the record holding it if it lies inside one; else the first segment.
+    Reads only the segment holding the read position, and only when that
+    position is not at its start.
+    """
+    first = (min(segs), 0) if segs else (0, 0)
+    if meta is None:
+        return first
+    sizes = {n: os.stat(p).st_size for n, p in segs.items()}
+    if not read_is_trusted(meta, sizes):
+        return first
+    rf, rp = meta.read
+    if rf in segs and rp > 0:
+        back = realign(segs[rf], rf, rp, min_size, max_size)
+        if back is not None:
+            return (rf, back)
+    return (rf, rp)

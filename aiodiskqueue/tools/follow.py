@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from .._format.layout import Layout, file_size
 from .._format.meta import load_meta
-from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans
+from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans, unread_start
 from .inspect import ERROR, Problem, walk_segment
 
 # ---------------------------------------------------------------------- reading messages
@@ -28,16 +28,15 @@ class StoredMessage(NamedTuple):
     payload: bytes
 
 
-def start_position(layout: Layout) -> tuple[int, int]:
-    """Where the oldest unread message is: the meta's read position, or the first segment."""
+def start_position(layout: Layout, min_size: int = 0,
+                   max_size: int = 1 << 20) -> tuple[int, int]:
+    """Where the oldest unread message is, by the queue's own rule
+    (:func:`~aiodiskqueue._format.scan.unread_start`)."""
     try:
         meta = load_meta(layout.meta_path)
     except ValueError:
         meta = None
-    segs = layout.segments()
-    if meta is None:
-        return (min(segs), 0) if segs else (0, 0)
-    return meta.read
+    return unread_start(meta, layout.segments(), min_size, max_size)
 
 
 def _bad_num(path: str) -> int:
@@ -80,7 +79,7 @@ def iter_messages(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
     ``on_problem`` and reading goes on with the next one; a missing segment is
     skipped. Nothing is consumed.
     """
-    fnum, pos = start if start is not None else start_position(layout)
+    fnum, pos = start if start is not None else start_position(layout, min_size, max_size)
     index = 0
     for num, path in sorted(layout.segments().items()):
         if num < fnum:

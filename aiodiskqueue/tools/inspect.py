@@ -28,7 +28,7 @@ from typing import Any
 
 from .._format.layout import Layout
 from .._format.lock import lock_holder
-from .._format.meta import Meta, load_meta
+from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
 from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans
 from ..errors import QueueNotFound
 
@@ -294,6 +294,7 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
     except ValueError as exc:
         meta, meta_state, meta_error = None, "unreadable", str(exc)
     meta_file = name(layout.meta_path)
+    stored = meta  # what the report shows; ``meta`` is what the analysis goes by
 
     if meta is None:
         if segs:
@@ -306,8 +307,19 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
             rf, rp = 0, 0
         wf, wp = rf, rp
     else:
-        rf, rp = meta.read
-        wf, wp = meta.write
+        sizes = {n: os.stat(p).st_size for n, p in segs.items()}
+        contradictions = position_problems(meta, sizes)
+        if contradictions:
+            problems.append(Problem("meta contradicts segments", ERROR, meta_file, 0,
+                                    "; ".join(contradictions)))
+        if not read_is_trusted(meta, sizes):
+            # The queue does not trust it either: it counts every segment from the first.
+            meta = None
+            rf, rp = (min(segs), 0) if segs else (0, 0)
+            wf, wp = rf, rp
+        else:
+            rf, rp = meta.read
+            wf, wp = meta.write
 
     reports: list[SegmentReport] = []
     # --- consumed leftovers: before the read file; the queue deletes them on open
@@ -322,7 +334,9 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
     live = sorted(n for n in segs if n >= rf)
     top = live[-1] if live else rf - 1
     if meta is not None:
-        top = max(top, wf if wp > 0 else wf - 1)
+        # Bounded by the files that exist, whatever numbers the meta holds.
+        bound = live[-1] + 1 if live else rf
+        top = max(top, min(wf if wp > 0 else wf - 1, bound))
     missing = [n for n in range(rf, top + 1) if n not in segs]
     for n in missing:
         what = ("the segment holding the read position is gone" if n == rf
@@ -440,7 +454,7 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
     for b in layout.bad_files():
         notes.append(f"{name(b)}: quarantined")
     return QueueReport(
-        directory=layout.directory, name=layout.name, meta=meta, meta_state=meta_state,
+        directory=layout.directory, name=layout.name, meta=stored, meta_state=meta_state,
         meta_error=meta_error, segments=tuple(sorted(reports, key=lambda s: s.num)),
         bad_files=tuple(layout.bad_files()), locked_by_pid=holder(layout),
         read=new_read, write=write, depth=depth,
