@@ -232,7 +232,7 @@ class _MetaStoreFails:
 
         self.on = False
         self.calls = 0
-        real = store.store_meta
+        real = store.store_meta  # type: ignore[attr-defined]  # the name the store calls
 
         def fake(path: str, meta: Any) -> None:
             if self.on:

@@ -289,7 +289,7 @@ async def test_leftover_meta_temp_files_removed(tmp_path: Path) -> None:
     assert not mine.exists() and other.exists()  # another queue's file is not ours
 
 
-# ---------------------------------------------------------------------- metas that contradict the files
+# ------------------------------------------------------------------ metas that contradict the files
 
 
 def _rec(payload: bytes) -> bytes:
@@ -375,7 +375,7 @@ async def test_depth_too_low_never_empty_nor_negative(tmp_path: Path) -> None:
     (tmp_path / meta_name("q")).write_bytes(
         MetaText(10, 0, 0, meta.write_file, meta.write_pos).encode())
     async with DiskQueue(tmp_path, "q", read_buffer_bytes=4096) as q:
-        got = []
+        got: list[bytes] = []
         while len(got) < len(msgs):
             assert q.qsize() >= 1 and not q.empty()
             got.append(await asyncio.wait_for(q.get(), 10))

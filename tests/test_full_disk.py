@@ -14,13 +14,14 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from aiodiskqueue import AckQueue, DiskQueue, DiskQueueError
 
 MSG = 1000  # bytes per message: a 1 MiB filesystem holds about a thousand
-OPTS = {"max_bytes_per_file": 64 * 1024}
+OPTS: dict[str, Any] = {"max_bytes_per_file": 64 * 1024}
 SPARE = "q.diskqueue.meta.dat.0.tmp"
 
 
@@ -65,10 +66,14 @@ def msg(i: int) -> bytes:
 async def fill(q: DiskQueue | AckQueue) -> list[bytes]:
     """Put messages until the filesystem is full; return those stored."""
     stored: list[bytes] = []
-    with pytest.raises(DiskQueueError) as ei:
+
+    async def put_all() -> None:
         for i in range(10_000):
             await q.put(msg(i))
             stored.append(msg(i))
+
+    with pytest.raises(DiskQueueError) as ei:
+        await put_all()
     cause = ei.value.__cause__
     assert isinstance(cause, OSError) and cause.errno == errno.ENOSPC, ei.value
     return stored
@@ -78,11 +83,10 @@ def fill_with_file(path: Path) -> None:
     """Take every free byte of the filesystem with one file."""
     with open(path, "wb", buffering=0) as f:
         for size in (65536, 4096, 512, 1):
-            try:
+            with pytest.raises(OSError, match="No space left") as ei:
                 while True:
                     f.write(b"\0" * size)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
+            assert ei.value.errno == errno.ENOSPC
     assert free_bytes(path.parent) == 0
 
 

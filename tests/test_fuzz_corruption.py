@@ -22,6 +22,7 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers_format import MetaText, layout, meta_name, seg_name, write_queue
@@ -32,7 +33,7 @@ FAST_CASES = 300
 SLOW_CASES = 5000
 CASES_PER_TEST = 50
 MAX_BYTES = 200
-OPTS = {"max_bytes_per_file": MAX_BYTES, "min_msg_size": 1, "max_msg_size": 100,
+OPTS: dict[str, Any] = {"max_bytes_per_file": MAX_BYTES, "min_msg_size": 1, "max_msg_size": 100,
         "read_buffer_bytes": 4096}
 TIMEOUT = 20.0  # seconds for one case: open, drain, close, reopen
 

@@ -21,7 +21,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .._format.codec import HEADER_SIZE, index
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
@@ -31,7 +30,6 @@ from . import lane as _lane
 from .buffers import Lifecycle, fail, succeed, wake
 from .errorpaths import ErrorPaths
 from .iothread import Hop, IOThread
-from .lane import LaneResult
 from .options import Options
 from .store import Job, JobResult, OpenState, SegmentStore
 
@@ -144,7 +142,6 @@ class Engine(ErrorPaths):
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
 
     def _open_blocking(self) -> OpenState:
-        import os
 
         os.makedirs(self.layout.directory, exist_ok=True)
         self.lock.acquire()
@@ -310,7 +307,7 @@ class Engine(ErrorPaths):
             elif flight.lane is None:
                 res = flight.fut.result()
             else:
-                res = self._lane_result(flight)
+                res = _lane.lane_result(self, flight)
         except BaseException as exc:
             if flight.job.payloads is not None:
                 self.unwritten = max(0, self.unwritten - len(flight.job.payloads))
@@ -321,46 +318,6 @@ class Engine(ErrorPaths):
         except BaseException as exc:
             self._fail_flight(flight, exc)
             raise
-
-    def _fail_flight(self, flight: _Flight, exc: BaseException) -> None:
-        """Fail the waiters of a flight whose result cannot be applied."""
-        err = self._failure(exc)
-        fail(flight.waiters, err)
-        fail(flight.sync_waiters, err)
-
-    def _lane_result(self, flight: _Flight, outcome: LaneResult | None = None) -> JobResult:
-        """Turn a lane flight's (written, write errno, sync errno), its future's result
-        unless ``outcome`` is given (an inline write), into a JobResult.
-
-        A failed write fails every lane batch queued behind it too: their offsets
-        assumed it succeeded. The next hop on the I/O thread cuts the segment back.
-        """
-        lw, job = flight.lane, flight.job
-        assert lw is not None and job.payloads is not None
-        _written, werr, serr = outcome if outcome is not None else flight.fut.result()
-        st = self.store
-        res = JobResult()
-        if werr or self._lane_error is not None:
-            if werr:
-                self._lane_error = OSError(werr, os.strerror(werr))
-            res.write_error = self._lane_error
-        else:
-            synced = job.sync and not serr
-            st.appended(lw.total, synced)
-            res.written = len(job.payloads)
-            if job.sync:
-                res.synced = synced
-                if serr:
-                    res.sync_error = OSError(serr, os.strerror(serr))
-            if (self.read_at == (lw.file_num, lw.pos) and self.corruption is None
-                    and self.ready_bytes + lw.total <= self.opts.read_buffer_bytes):
-                # The reader has caught up to this batch: hand it over, no read needed.
-                lens = list(map(len, job.payloads))
-                res.handoff = index(job.payloads, lens, lw.file_num, lw.pos)
-                res.handoff_bytes = lw.total - HEADER_SIZE * len(lens)
-        res.write_at = (st.write_file, st.write_pos)
-        res.bytes_on_disk = st.bytes_on_disk
-        return res
 
     async def _finish(self) -> None:
         """Apply the hops in flight, write what is pending, sync, close. Never raises."""

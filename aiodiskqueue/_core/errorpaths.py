@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._format.layout import Layout
 from ..errors import DiskQueueError
-from .buffers import Lifecycle, QueueBuffers, describe_error, wake
+from .buffers import Lifecycle, QueueBuffers, describe_error, fail, wake
 from .options import Options
 from .store import Job, JobResult
 
@@ -47,6 +47,12 @@ class ErrorPaths(QueueBuffers):
         err = DiskQueueError(f"queue {self.layout.name!r}: {describe_error(exc)}")
         err.__cause__ = exc
         return err
+
+    def _fail_flight(self, flight: Any, exc: BaseException) -> None:
+        """Fail the waiters of a flight whose result cannot be applied."""
+        err = self._failure(exc)
+        fail(flight.waiters, err)
+        fail(flight.sync_waiters, err)
 
     if TYPE_CHECKING:  # the engine's, used by _final_flush()
         def _build_job(self, pipelined: bool) -> Job | None: ...

@@ -32,6 +32,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .._format.codec import HEADER_SIZE, index
+from . import lane as _lane
 from .buffers import Lifecycle, succeed, wake
 from .iothread import Hop
 from .lane import LaneResult
@@ -204,7 +205,7 @@ def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
     done.set_result(None)
     flight = _Flight(Job(payloads=payloads), done, e.epoch, waiters, [],
                      _LaneWrite(file_num, pos, size))
-    res = e._lane_result(flight, outcome)
+    res = _lane.lane_result(e, flight, outcome)
     if e._beside is not None:  # the store does not know the writes beside it yet
         res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
     e._apply(flight, res)

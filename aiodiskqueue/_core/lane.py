@@ -19,8 +19,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
+from typing import TYPE_CHECKING
 
+from .._format.codec import HEADER_SIZE, index
 from .iothread import Hop
+from .store import JobResult
+
+if TYPE_CHECKING:
+    from .engine import Engine, _Flight
 
 try:
     from . import _writer
@@ -87,3 +93,38 @@ class WriteLane:
             pass
         self._on_ready()
         self._w.close()
+
+
+def lane_result(e: Engine, flight: _Flight, outcome: LaneResult | None = None) -> JobResult:
+    """Turn ``e``'s lane flight's (written, write errno, sync errno), its future's result
+    unless ``outcome`` is given (an inline write), into a JobResult.
+
+    A failed write fails every lane batch queued behind it too: their offsets
+    assumed it succeeded. The next hop on the I/O thread cuts the segment back.
+    """
+    lw, job = flight.lane, flight.job
+    assert lw is not None and job.payloads is not None
+    _written, werr, serr = outcome if outcome is not None else flight.fut.result()
+    st = e.store
+    res = JobResult()
+    if werr or e._lane_error is not None:
+        if werr:
+            e._lane_error = OSError(werr, os.strerror(werr))
+        res.write_error = e._lane_error
+    else:
+        synced = job.sync and not serr
+        st.appended(lw.total, synced)
+        res.written = len(job.payloads)
+        if job.sync:
+            res.synced = synced
+            if serr:
+                res.sync_error = OSError(serr, os.strerror(serr))
+        if (e.read_at == (lw.file_num, lw.pos) and e.corruption is None
+                and e.ready_bytes + lw.total <= e.opts.read_buffer_bytes):
+            # The reader has caught up to this batch: hand it over, no read needed.
+            lens = list(map(len, job.payloads))
+            res.handoff = index(job.payloads, lens, lw.file_num, lw.pos)
+            res.handoff_bytes = lw.total - HEADER_SIZE * len(lens)
+    res.write_at = (st.write_file, st.write_pos)
+    res.bytes_on_disk = st.bytes_on_disk
+    return res

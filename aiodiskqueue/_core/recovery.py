@@ -136,15 +136,15 @@ class Recovery:
         """Scan past the meta's write position: records written after the last meta sync."""
         wf, wp = meta.write
         count = 0
-        nums = [wf] + sorted(n for n in segs if n > wf)
+        nums = [wf, *sorted(n for n in segs if n > wf)]
         self.write_file, self.write_pos = wf, wp
         for i, num in enumerate(nums):
             if num not in segs:
                 continue
             start = wp if num == wf else 0
             s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
-            if s.problem is not None and start > 0 and realign(segs[num], num, start, self.min_size, self.max_size) \
-                    is not None:
+            if (s.problem is not None and start > 0
+                    and realign(segs[num], num, start, self.min_size, self.max_size) is not None):
                 # Scanning from a position inside a record finds garbage: the meta is
                 # wrong, and truncating or quarantining here would destroy good records.
                 raise _Misaligned(segs[num], start)

@@ -427,7 +427,8 @@ class SegmentStore:
         return self._rfd
 
     def count_from(self, fnum: int, pos: int) -> int:
-        """Whole records from ``(fnum, pos)`` to the write position (problems stop a file's count)."""
+        """Whole records from ``(fnum, pos)`` to the write position (problems stop a
+        file's count)."""
         total = 0
         for num in range(fnum, self.write_file + 1):
             path = self.layout.segment_path(num)

@@ -77,7 +77,8 @@ def _table(rows: list[list[str]], right: frozenset[int] = frozenset()) -> None:
         return
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        cells = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
         _out("  ".join(cells).rstrip())
 
 

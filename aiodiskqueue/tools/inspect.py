@@ -139,7 +139,8 @@ class Problem:
                 "offset": self.offset, "detail": self.detail}
 
     def __str__(self) -> str:
-        return f"{self.severity.upper():7} {self.kind:15} {self.file} @ {self.offset}: {self.detail}"
+        return (f"{self.severity.upper():7} {self.kind:15} {self.file} @ {self.offset}: "
+                f"{self.detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +362,7 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
         start = 0
         consumed = 0
         if is_read and rp > 0:
-            pre = walk_segment(path, num, 0, min_size, max_size, (rp,) + marks, progress)
+            pre = walk_segment(path, num, 0, min_size, max_size, (rp, *marks), progress)
             mark = pre.marks.get(rp)
             if mark is not None and mark.boundary:
                 w = pre
