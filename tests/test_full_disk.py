@@ -82,10 +82,13 @@ async def fill(q: DiskQueue | AckQueue) -> list[bytes]:
 def fill_with_file(path: Path) -> None:
     """Take every free byte of the filesystem with one file."""
     with open(path, "wb", buffering=0) as f:
+        def write_until_full(size: int) -> None:
+            while True:
+                f.write(b"\0" * size)
+
         for size in (65536, 4096, 512, 1):
             with pytest.raises(OSError, match="No space left") as ei:
-                while True:
-                    f.write(b"\0" * size)
+                write_until_full(size)
             assert ei.value.errno == errno.ENOSPC
     assert free_bytes(path.parent) == 0
 
