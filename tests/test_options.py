@@ -38,3 +38,11 @@ def test_broker_defaults_are_the_queue_defaults() -> None:
     assert (b.msg_timeout, b.max_msg_timeout, b.max_req_timeout, b.max_attempts) == (
         ACK_DEFAULTS.msg_timeout, ACK_DEFAULTS.max_msg_timeout, ACK_DEFAULTS.max_delay,
         ACK_DEFAULTS.max_attempts)
+
+
+def test_spark_defaults_are_the_queue_defaults() -> None:
+    from aiodiskqueue.spark._options import SourceOptions
+
+    o = SourceOptions(path="/d", name="q")
+    assert (o.min_msg_size, o.max_msg_size, o.max_bytes_per_file) == (
+        DEFAULTS.min_msg_size, DEFAULTS.max_msg_size, DEFAULTS.max_bytes_per_file)

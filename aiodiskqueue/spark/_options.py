@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._core.options import MiB, check_name
+from .._core.options import DEFAULTS, MiB, check_name
 from ..errors import DiskQueueError
 
 FORMATS = ("raw", "nsq")
@@ -92,9 +92,9 @@ class SourceOptions:
     name: str
     format: str = "raw"
     consume: bool = False
-    min_msg_size: int = 0
-    max_msg_size: int = MiB
-    max_bytes_per_file: int = 100 * MiB
+    min_msg_size: int = DEFAULTS.min_msg_size
+    max_msg_size: int = DEFAULTS.max_msg_size
+    max_bytes_per_file: int = DEFAULTS.max_bytes_per_file
     max_bytes_per_partition: int = 128 * MiB
     min_partitions: int | None = None
     max_records_per_trigger: int | None = None
@@ -149,8 +149,8 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     fmt = (_get(opts, "format") or "raw").strip().lower()
     if fmt not in FORMATS:
         raise OptionError("format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    min_size = _int(opts, "minMsgSize", 0, 0)
-    max_size = _int(opts, "maxMsgSize", MiB, 0)
+    min_size = _int(opts, "minMsgSize", DEFAULTS.min_msg_size, 0)
+    max_size = _int(opts, "maxMsgSize", DEFAULTS.max_msg_size, 0)
     assert min_size is not None and max_size is not None
     if min_size > max_size:
         raise OptionError("minMsgSize", f"must be <= maxMsgSize, got {min_size} > {max_size}")
@@ -166,7 +166,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         consume=_bool(opts, "consume"),
         min_msg_size=min_size,
         max_msg_size=max_size,
-        max_bytes_per_file=_int(opts, "maxBytesPerFile", 100 * MiB, 1) or 1,
+        max_bytes_per_file=_int(opts, "maxBytesPerFile", DEFAULTS.max_bytes_per_file, 1) or 1,
         max_bytes_per_partition=_int(opts, "maxBytesPerPartition", 128 * MiB, 1) or 1,
         min_partitions=_int(opts, "minPartitions", None, 1),
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
