@@ -232,13 +232,6 @@ async def test_ack_queue_close_on_a_full_disk_returns(small_fs: Path) -> None:
     assert len(stored) > 500 and finished == stored[:10]
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError,
-                   reason="AckQueue closes its data queue after a failed final commit of the "
-                          "ack log, and that close stores a data meta past records taken but "
-                          "not logged: they are lost (when the pump had taken more than it "
-                          "logged, which depends on timing: not strict). Fix in ack/pump.py: "
-                          "call q._data._e.hold_meta() before close_stores() when "
-                          "commit_now() fails")
 async def test_ack_queue_on_a_full_disk_closes_and_loses_nothing(small_fs: Path) -> None:
     stored, finished = await _ack_fill_and_finish(small_fs, 10)
     q = await AckQueue.open(small_fs, "q", **OPTS)

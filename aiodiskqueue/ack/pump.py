@@ -445,10 +445,15 @@ class Pump:
             if self.dead:
                 await self._dead_letter()
             await self.commit_now()
-        except DiskQueueError as exc:
-            log.error("%s: final commit failed: %s", q.name, exc)
-        except BaseException:
-            log.exception("%s: final commit failed", q.name)
+        except BaseException as exc:
+            if isinstance(exc, DiskQueueError):
+                log.error("%s: final commit failed: %s", q.name, exc)
+            else:
+                log.exception("%s: final commit failed", q.name)
+            # The data queue may have handed out records the log does not hold yet: a
+            # meta stored past them would lose them. Keep the one on disk; the next open
+            # recovers every record after it and the log says which were finished.
+            q._data._e.hold_meta()
         q._inflight.stop()
         q._set_closed()
         err = q._closed_error()
