@@ -317,6 +317,10 @@ def cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+OUR_OPTIONS: dict[str, Any] = {}
+"""Options of our queues in every row (``--inline-writes`` adds ``inline_writes=True``)."""
+
+
 async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
                    ) -> tuple[float, int, float, int, str | None, float, float]:
     """One repetition of ours: produce (time-boxed), reopen, consume everything, check.
@@ -326,7 +330,7 @@ async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
     CPU seconds of the produce and of the consume.
     """
     durable = scenario == "durable"
-    opts: dict[str, Any] = {"sync_every": 1} if durable else {}
+    opts: dict[str, Any] = dict(OUR_OPTIONS, sync_every=1) if durable else dict(OUR_OPTIONS)
     async with DiskQueue(d, "bench", **opts) as q:
         gc.collect()
         deadline = time.perf_counter() + box
@@ -927,6 +931,8 @@ def parse_size(text: str) -> int:
 def parse_args(argv: Sequence[str] | None) -> Config:
     """Command line -> Config."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--inline-writes", action="store_true",
+                    help="open our queues with inline_writes=True (the loop appends small batches)")
     ap.add_argument("--quick", action="store_true",
                     help="small counts and short time boxes: a few seconds per row set")
     ap.add_argument("--loop", choices=["asyncio", "uvloop", "both"], default="both")
@@ -949,6 +955,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
                     help="cProfile our timed phases of the --only workloads into FILE and "
                          "print the top costs per message (rates are then slower)")
     a = ap.parse_args(argv)
+    if a.inline_writes:
+        OUR_OPTIONS["inline_writes"] = True
     quick = bool(a.quick)
     sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
     if not sizes or min(sizes) < _HDR.size:
