@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiodiskqueue import DiskQueue
+from aiodiskqueue import DiskQueue, QueueLocked
 
 QUEUE = "events"
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "aiodiskqueue-spark-pipeline"
@@ -72,13 +72,24 @@ async def produce(directory: Path, first: int, count: int, producers: int = 4) -
         await asyncio.gather(*(one(k) for k in range(producers)))
 
 
-def queue_state(directory: Path) -> tuple[int, int]:
-    """(messages waiting, bytes of segment files) of the queue, as DiskQueue sees it."""
+def queue_state(directory: Path, wait: float = 60.0) -> tuple[int, int]:
+    """(messages waiting, bytes of segment files) of the queue, as DiskQueue sees it.
+
+    After a killed Spark driver, its Python workers may hold the queue's lock until
+    they notice the JVM is gone: wait up to ``wait`` seconds for it, as a consumer would.
+    """
 
     async def stats() -> tuple[int, int]:
-        async with DiskQueue(directory, QUEUE) as q:
-            s = q.statistics()
-            return s.depth, s.bytes_on_disk
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                async with DiskQueue(directory, QUEUE) as q:
+                    s = q.statistics()
+                    return s.depth, s.bytes_on_disk
+            except QueueLocked:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
 
     return asyncio.run(stats())
 
