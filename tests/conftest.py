@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,27 @@ def pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
     """Write through the Python I/O thread only (for tests that patch ``os`` calls
     in the store; the native write lane does not go through them)."""
     monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the whole test run, with the ``diskqueue`` format
+    registered (pyspark is imported only by the tests that use it)."""
+    from pyspark.sql import SparkSession
+
+    import aiodiskqueue.spark as dqspark
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("aiodiskqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    dqspark.register(session)
+    yield session
+    session.stop()

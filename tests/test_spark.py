@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from helpers_format import fixture_msg, multi_msg, oversize_msg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-import aiodiskqueue.spark as dqspark
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.meta import Meta, load_meta
@@ -32,25 +31,6 @@ from aiodiskqueue.spark import _nsq
 from aiodiskqueue.spark._staging import committed_batch
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """One local[2] SparkSession with the ``diskqueue`` format registered."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiodiskqueue-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    dqspark.register(session)
-    yield session
-    session.stop()
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

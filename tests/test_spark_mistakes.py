@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-import aiodiskqueue.spark as dqspark
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
@@ -29,24 +28,6 @@ from aiodiskqueue.spark._files import iter_records, view_queue
 from aiodiskqueue.spark._staging import process_start_time
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark() -> SparkSession:
-    """The test session's local[2] SparkSession (created here if no other module did)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiodiskqueue-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    dqspark.register(session)
-    return session  # stopped by test_spark's fixture, or at interpreter exit
 
 
 async def fill(directory: Path, name: str, items: list[bytes], **options: Any) -> None:
