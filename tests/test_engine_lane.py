@@ -445,3 +445,19 @@ async def test_a_sync_round_beside_inline_writes_stores_a_consistent_meta(
     assert len(records(data[meta.read_pos:meta.write_pos])) == meta.depth
     assert meta.write_pos < len(data)
     assert q.qsize() == 15
+
+
+async def test_by_default_the_event_loop_never_writes(
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    # inline_writes is off by default: every append goes to the writer thread (or, without
+    # the native writer, to the I/O thread), never to a pwritev on the loop's own thread.
+    inline: list[int] = []
+    sizes = _count_lane(monkeypatch, inline)
+    q = await make_queue()
+    await q.put(b"first")
+    del inline[:], sizes[:]
+    for i in range(50):
+        await q.put(b"m%02d" % i)
+    assert inline == []
+    assert sum(sizes) == (50 if q.statistics().write_path == "native" else 0)
+    assert [await q.get() for _ in range(51)] == [b"first"] + [b"m%02d" % i for i in range(50)]
