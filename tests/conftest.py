@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from aiodiskqueue import DiskQueue
+from aiodiskqueue import AckQueue, DiskQueue
+from aiodiskqueue.ack.clock import ManualClock
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "go-diskqueue"
@@ -121,3 +122,30 @@ def spark() -> Iterator[Any]:
     dqspark.register(session)
     yield session
     session.stop()
+
+
+MakeAck = Callable[..., Awaitable[AckQueue]]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """Time for AckQueue tests: deadlines and due times move only when a test advances it."""
+    return ManualClock()
+
+
+@pytest.fixture
+async def make_ack(tmp_path: Path, clock: ManualClock) -> AsyncIterator[MakeAck]:
+    """``await make_ack(**options)`` opens ``jobs`` in tmp_path with the manual clock."""
+    opened: list[AckQueue] = []
+
+    async def _make(**options: Any) -> AckQueue:
+        options.setdefault("clock", clock)
+        options.setdefault("msg_timeout", 10.0)
+        q = await AckQueue.open(options.pop("directory", tmp_path), options.pop("name", "jobs"),
+                                **options)
+        opened.append(q)
+        return q
+
+    yield _make
+    for q in reversed(opened):
+        await q.aclose()

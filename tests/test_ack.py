@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import math
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MakeAck
 
 from aiodiskqueue import (
     AckQueue,
@@ -25,31 +25,6 @@ from aiodiskqueue import (
     QueueEmpty,
 )
 from aiodiskqueue.ack.clock import ManualClock
-
-MakeAck = Callable[..., Awaitable[AckQueue]]
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def make_ack(tmp_path: Path, clock: ManualClock) -> AsyncIterator[MakeAck]:
-    """``await make_ack(**options)`` opens ``jobs`` in tmp_path with the manual clock."""
-    opened: list[AckQueue] = []
-
-    async def _make(**options: Any) -> AckQueue:
-        options.setdefault("clock", clock)
-        options.setdefault("msg_timeout", 10.0)
-        q = await AckQueue.open(options.pop("directory", tmp_path), options.pop("name", "jobs"),
-                                **options)
-        opened.append(q)
-        return q
-
-    yield _make
-    for q in reversed(opened):
-        await q.aclose()
 
 
 async def get(q: AckQueue) -> Message:

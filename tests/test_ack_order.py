@@ -8,37 +8,12 @@ Time is a ManualClock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import MakeAck
 
 from aiodiskqueue import AckQueue, Message, QueueEmpty
 from aiodiskqueue.ack.clock import ManualClock
-
-MakeAck = Callable[..., Awaitable[AckQueue]]
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def make_ack(tmp_path: Path, clock: ManualClock) -> AsyncIterator[MakeAck]:
-    opened: list[AckQueue] = []
-
-    async def _make(**options: Any) -> AckQueue:
-        options.setdefault("clock", clock)
-        options.setdefault("msg_timeout", 10.0)
-        q = await AckQueue.open(tmp_path, options.pop("name", "jobs"), **options)
-        opened.append(q)
-        return q
-
-    yield _make
-    for q in reversed(opened):
-        await q.aclose()
 
 
 async def get(q: AckQueue) -> Message:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from conftest import CopyFixture, MakeQueue
 from helpers_format import fixture_msg, multi_msg, oversize_msg
+from helpers_spark import payloads, read_df
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -68,19 +69,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def read_df(spark: SparkSession, path: Path, name: str, **options: str) -> DataFrame:
-    reader = spark.read.format("diskqueue").option("path", str(path)).option("name", name)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
-
-
-def payloads(df: DataFrame) -> list[bytes]:
-    """Payloads in queue order (by name, file number and offset)."""
-    rows = df.orderBy("name", "file_num", "offset").select("payload").collect()
-    return [bytes(r.payload) for r in rows]
 
 
 async def fill(directory: Path, name: str, items: list[bytes], **options: Any) -> None:

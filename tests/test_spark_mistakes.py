@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_spark import payloads, read_df
 from pyspark.sql import DataFrame, SparkSession
 
 from aiodiskqueue import DiskQueue
@@ -33,18 +34,6 @@ pytestmark = pytest.mark.spark
 async def fill(directory: Path, name: str, items: list[bytes], **options: Any) -> None:
     async with DiskQueue(directory, name, **options) as q:
         await q.put_many(items)
-
-
-def read_df(spark: SparkSession, path: Path, name: str, **options: str) -> DataFrame:
-    reader = spark.read.format("diskqueue").option("path", str(path)).option("name", name)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
-
-
-def payloads(df: DataFrame) -> list[bytes]:
-    rows = df.orderBy("name", "file_num", "offset").select("payload").collect()
-    return [bytes(r.payload) for r in rows]
 
 
 def run_stream(spark: SparkSession, qdir: Path, out: Path, name: str, **options: str) -> Any:
