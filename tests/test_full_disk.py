@@ -248,10 +248,6 @@ async def test_ack_queue_on_a_full_disk_closes_and_loses_nothing(small_fs: Path)
         await asyncio.wait_for(asyncio.shield(q.aclose()), 10)
 
 
-@pytest.mark.xfail(strict=True, raises=DiskQueueError,
-                   reason="AckQueue's commit first appends to its ack log, which needs a new "
-                          "block on a full disk, and only then stores the data queue's meta "
-                          "that frees consumed segments: draining never frees space")
 async def test_ack_queue_drain_of_a_full_disk_frees_space(small_fs: Path) -> None:
     await _ack_fill_and_finish(small_fs, 10)
     async with AckQueue(small_fs, "q", **OPTS) as q:

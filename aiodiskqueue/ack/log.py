@@ -12,10 +12,21 @@ Recovery on open reads every segment in order and replays it: the latest ``E``
 of a key wins, ``U`` updates it, ``D`` removes it. A torn record at the end of
 the last segment (a crash in the middle of a write) is cut off; a bad record
 inside an older segment ends the reading of that segment, with a warning.
+
+Full disk: the active segment keeps ``reserve_bytes`` of blocks allocated past
+its end (:mod:`.._format.space`), topped up as records use them. Draining a
+queue that filled its disk appends ``D`` and ``H`` records into that reserve,
+so the commit that lets the data queue delete its consumed segments goes
+through. While the disk stays full (the top-up fails), the second half of the
+reserve is kept for commits: a hop without a head record that would reach into
+it fails with ENOSPC, and the pump commits instead. A rolled segment gives its
+reserve back; a closed one keeps it, so a queue reopened on a full disk can
+still be drained.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import zlib
@@ -23,6 +34,7 @@ from dataclasses import dataclass, field
 
 from .._format import nsq
 from .._format.layout import ack_log_files, ack_log_path
+from .._format.space import reserve_past_end
 from .codec import (
     ENTRY,
     FRAME,
@@ -109,10 +121,14 @@ class LogResult:
 class AckLog:
     """Owner of the ack log's segment files (one thread at a time)."""
 
-    def __init__(self, directory: str, name: str, segment_bytes: int) -> None:
+    def __init__(self, directory: str, name: str, segment_bytes: int,
+                 reserve_bytes: int = 0) -> None:
         self.directory = directory
         self.name = name
         self.segment_bytes = segment_bytes
+        self.reserve_bytes = reserve_bytes
+        self._reserved_end = 0  # blocks of the active segment are allocated up to here
+        self._starved = False  # the last top-up found the disk full
         self.active = 0
         self.size = 0
         self.sizes: dict[int, int] = {}
@@ -161,6 +177,8 @@ class AckLog:
             self.active = nums[-1]
             self._fd = os.open(self.path(self.active), os.O_RDWR | os.O_CREAT, 0o644)
             self.size = self.sizes[self.active]
+            self._reserved_end = self.size
+            self._top_up()
         else:
             self._new_segment(0)
             self._flush_head()
@@ -285,7 +303,23 @@ class AckLog:
             raise _Damaged(f"{self.path(seg)}: bad entry record at offset {off}")
         return p
 
+    def _check_room(self, payloads: list[bytes]) -> None:
+        """On a full disk, keep the last half of the reserve for a commit's records.
+
+        Raises OSError(ENOSPC) for records without a head record that would reach
+        into it.
+        """
+        need = sum(len(p) for p in payloads) + FRAME.size * len(payloads)
+        if self.size + need <= self._reserved_end - self.reserve_bytes // 2:
+            return
+        if any(p[0] == KIND_HEAD for p in payloads):
+            return
+        raise OSError(errno.ENOSPC, "no space left for the ack log; its reserve is kept "
+                      "for the next commit")
+
     def _append(self, payloads: list[bytes]) -> list[Loc]:
+        if self._starved:
+            self._check_room(payloads)
         locs: list[Loc] = []
         buf = bytearray()
         start = self.size
@@ -324,19 +358,41 @@ class AckLog:
             self.size += n
             view = view[n:]
         self.sizes[self.active] = self.size
+        if self._reserved_end - self.size < self.reserve_bytes * 3 // 4:
+            self._top_up()  # early: a full disk is noticed before the commit half is used
+
+    def _top_up(self) -> None:
+        """Allocate ``reserve_bytes`` past the end of the active segment, where possible.
+
+        On a full disk what is still reserved stays and the next write tries again;
+        where the filesystem cannot reserve, the log stops trying.
+        """
+        if self._fd is None or self.reserve_bytes <= 0:
+            return
+        got = reserve_past_end(self._fd, self.size, self.reserve_bytes)
+        self._starved = got is False
+        if got:
+            self._reserved_end = self.size + self.reserve_bytes
+        elif got is None:
+            log.debug("%s: no space reserve (the filesystem cannot allocate past the end)",
+                      self.path(self.active))
+            self.reserve_bytes = 0
 
     def _cut(self, size: int) -> None:
         try:
             if self._fd is not None:
-                os.ftruncate(self._fd, size)
+                os.ftruncate(self._fd, size)  # also frees the blocks reserved past it
                 self.size = size
                 self.sizes[self.active] = size
+                self._reserved_end = size
+                self._top_up()
         except OSError:
             log.exception("%s: cannot cut a failed write", self.path(self.active))
 
     def _roll(self) -> None:
         assert self._fd is not None
         os.fsync(self._fd)  # the older segment is complete and durable before the next starts
+        os.ftruncate(self._fd, self.size)  # its reserve goes to the next segment
         os.close(self._fd)
         self._fd = None
         self._new_segment(self.active + 1)
@@ -348,6 +404,8 @@ class AckLog:
         self.size = 0
         self.sizes[num] = 0
         self._dir_dirty = True
+        self._reserved_end = 0
+        self._top_up()
 
     def _flush_head(self) -> None:
         # Every segment starts with the head, so deleting older segments never

@@ -77,6 +77,15 @@ class AckOptions:
         return self.format == "nsq"
 
     @property
+    def log_reserve_bytes(self) -> int:
+        """Blocks the ack log keeps allocated past its end, so that draining a full disk
+        can append its records until the first consumed data segment is deleted: 1/32
+        of a data segment (about the ``D`` records of a segment of 1 KiB messages), at
+        least 64 KiB, at most 4 MiB, never more than a log segment."""
+        share = self.core.max_bytes_per_file // 32
+        return min(self.log_segment_bytes, max(64 * 1024, min(4 * 2**20, share)))
+
+    @property
     def min_size(self) -> int:
         """Smallest payload: nsqd's 26-byte header at least with ``format="nsq"``."""
         m = self.core.min_msg_size

@@ -11,6 +11,7 @@ log and then syncs the data queue (see the package's design notes in
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, final
@@ -86,7 +87,7 @@ class Pump:
                                      f"{q.directory!r} to their new place: {exc}") from exc
             await q._dead_q.__aenter__()
         self._io = IOThread(f"aiodiskqueue-ack-{q.name}")
-        self._store = AckLog(q.directory, q.name, q._segment_bytes)
+        self._store = AckLog(q.directory, q.name, q._segment_bytes, q._log_reserve_bytes)
         try:
             rec: Recovered = await self._io.run(self._store.open)
         except OSError as exc:
@@ -309,6 +310,11 @@ class Pump:
             q._need_load.extendleft(reversed(reads))
             if sync:
                 raise err from exc
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # A commit lets the data queue delete what was consumed, and it may use
+                # the part of the log's reserve kept for it (see .log): commit next.
+                self._ops = max(self._ops, 1)
+                self._commit_at = q._loop.time()
             await asyncio.sleep(min(1.0, q._sync_interval))  # back off before retrying
             return
         written, lost = q._journal.apply(built, res)

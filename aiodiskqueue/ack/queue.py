@@ -108,6 +108,7 @@ class AckQueue(Dispatch):
         self._nsq = o.nsq
         self._format = o.format
         self._segment_bytes = o.log_segment_bytes
+        self._log_reserve_bytes = o.log_reserve_bytes
         self._sync_every = o.core.sync_every
         self._sync_interval = float(o.core.sync_interval)
         self._min_size = o.min_size

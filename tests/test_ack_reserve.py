@@ -1,0 +1,113 @@
+"""The ack log's space reserve: blocks allocated past its end, so a full disk can be drained.
+
+The end-to-end case (a real full tmpfs, drained by an AckQueue) is in test_full_disk.py;
+these check the mechanism itself on the test directory's filesystem.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from aiodiskqueue._format import space
+from aiodiskqueue.ack import log as ack_log
+from aiodiskqueue.ack.codec import done_record, head_record
+from aiodiskqueue.ack.log import AckLog, LogJob
+from aiodiskqueue.ack.queue import AckQueue
+
+RESERVE = 64 * 1024
+
+
+def _allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def _can_reserve(tmp_path: Path) -> bool:
+    fd = os.open(tmp_path / "probe", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        return space.reserve_past_end(fd, 0, 4096) is True
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def reserving_fs(tmp_path: Path) -> Path:
+    if not _can_reserve(tmp_path):
+        pytest.fail(f"the filesystem of {tmp_path} cannot allocate past a file's end "
+                    "(Linux fallocate with FALLOC_FL_KEEP_SIZE); ext4, xfs, btrfs and tmpfs can")
+    return tmp_path
+
+
+def test_reserve_past_end_keeps_the_size_and_allocates_blocks(reserving_fs: Path) -> None:
+    path = reserving_fs / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"x" * 100)
+        assert space.reserve_past_end(fd, 100, RESERVE) is True
+    finally:
+        os.close(fd)
+    assert path.stat().st_size == 100
+    assert _allocated(str(path)) >= RESERVE
+
+
+def test_the_log_keeps_a_reserve_past_its_end_and_tops_it_up(reserving_fs: Path) -> None:
+    lg = AckLog(str(reserving_fs), "q", 1 << 20, RESERVE)
+    lg.open()
+    seg = lg.path(lg.active)
+    assert _allocated(seg) >= RESERVE > lg.size
+    # Writing most of the reserve tops it up again.
+    big = [done_record(k, k) for k in range(1, 3000)]
+    lg.run(LogJob(records=big))
+    assert lg.size > RESERVE
+    assert _allocated(seg) >= lg.size + RESERVE * 3 // 4
+    lg.close()
+    # A closed log keeps its reserve (a queue reopened on a full disk can be drained).
+    assert _allocated(seg) >= lg.size + RESERVE * 3 // 4
+    assert os.stat(seg).st_size == lg.size
+
+
+def test_a_rolled_segment_gives_its_reserve_back(reserving_fs: Path) -> None:
+    lg = AckLog(str(reserving_fs), "q", 8192, RESERVE)
+    lg.open()
+    first = lg.path(lg.active)
+    lg.run(LogJob(records=[done_record(k, k) for k in range(1, 1000)]))
+    assert lg.active > 0
+    assert _allocated(first) < os.stat(first).st_size + 4096
+    assert _allocated(lg.path(lg.active)) >= lg.size + RESERVE * 3 // 4
+    lg.close()
+
+
+def test_on_a_full_disk_the_last_half_of_the_reserve_is_kept_for_a_commit(
+        reserving_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = AckLog(str(reserving_fs), "q", 1 << 20, RESERVE)
+    lg.open()
+    monkeypatch.setattr(ack_log, "reserve_past_end", lambda fd, off, n: False)  # disk full
+    records = [done_record(k, k) for k in range(1, 400)]  # ~10 KiB each job
+    with pytest.raises(OSError) as ei:
+        for _ in range(10):
+            lg.run(LogJob(records=records))
+    assert ei.value.errno == errno.ENOSPC
+    size = lg.size
+    assert size <= RESERVE // 2 + 64  # what was written stayed in the first half
+    # A commit's records (with a head record) may use the rest.
+    lg.run(LogJob(records=[*records, head_record(1, 1, 0, 0, 1)], sync=True))
+    assert lg.size > size
+    lg.close()
+    # Nothing written was lost or cut: everything replays.
+    again = AckLog(str(reserving_fs), "q", 1 << 20, RESERVE)
+    rec = again.open()
+    assert rec.cut_bytes == 0 and rec.commit == (1, 0, 0)
+    again.close()
+
+
+def test_the_reserve_is_a_share_of_a_data_segment_within_bounds() -> None:
+    def reserve(**kw: object) -> int:
+        return AckQueue("/nonexistent", "q", **kw)._log_reserve_bytes  # type: ignore[arg-type]
+
+    assert reserve() == 100 * 2**20 // 32
+    assert reserve(max_bytes_per_file=64 * 1024) == 64 * 1024
+    assert reserve(max_bytes_per_file=2**30) == 4 * 2**20
+    assert reserve(max_bytes_per_file=2**30, log_segment_bytes=1 << 20) == 1 << 20
