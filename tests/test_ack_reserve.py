@@ -86,9 +86,12 @@ def test_on_a_full_disk_the_last_half_of_the_reserve_is_kept_for_a_commit(
     lg.open()
     monkeypatch.setattr(ack_log, "reserve_past_end", lambda fd, off, n: False)  # disk full
     records = [done_record(k, k) for k in range(1, 400)]  # ~10 KiB each job
-    with pytest.raises(OSError) as ei:
+    def write_until_refused() -> None:
         for _ in range(10):
             lg.run(LogJob(records=records))
+
+    with pytest.raises(OSError, match="kept for the next commit") as ei:
+        write_until_refused()
     assert ei.value.errno == errno.ENOSPC
     size = lg.size
     assert size <= RESERVE // 2 + 64  # what was written stayed in the first half
