@@ -29,6 +29,13 @@ EXTRAS = "dev,spark,uvloop,metrics,cli,bench,broker"
 # What mypy --strict and ruff check (setup.py, a build hook run by setuptools, gets ruff only).
 LINT_PATHS = ["aiodiskqueue", "tests", "bench", "examples", "noxfile.py", "mkdocs_hooks.py"]
 
+# Without pytest arguments, the matrix and the wheel run the suite without the torture
+# and kill tests (``slow``) and the Spark cluster and Connect tests (``cluster``): those
+# depend on the operating system and Spark, not on the Python version or on how the
+# package was installed, and `bash dev.sh test` (Python 3.11, what CI runs first) runs
+# every test. Pass pytest arguments to run something else, e.g. ``-- -q``.
+MATRIX_PYTEST = ["-q", "--durations=15", "-m", "not slow and not cluster"]
+
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["tests", "wheel", "pure_wheel", "lint", "docs"]
@@ -60,13 +67,14 @@ def _pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None)
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The whole suite on one Python, from the source tree (an editable install).
+    """The suite on one Python, from the source tree (an editable install); see
+    ``MATRIX_PYTEST`` for what runs without pytest arguments.
 
     (`bash dev.sh test` also runs the core tests on the pure-Python write path;
     that path is plain Python, so CI runs that pass on 3.11 only.)
     """
     session.install("-e", f".[{EXTRAS}]")
-    _pytest(session, *(session.posargs or ["-q", "--durations=15"]))
+    _pytest(session, *(session.posargs or MATRIX_PYTEST))
 
 
 @nox.session(python="3.11")
@@ -121,8 +129,8 @@ def wheel(session: nox.Session) -> None:
                      "f = aiodiskqueue.__file__; print(f); "
                      "sys.exit(0 if '/site-packages/' in f and lane.available() else 1)")
             session.run(vpy, "-c", check, external=True)
-            session.run(vpy, "-m", "pytest", "-q", "--durations=15", "-p", "no:cacheprovider",
-                        *session.posargs, external=True)
+            session.run(vpy, "-m", "pytest", "-p", "no:cacheprovider",
+                        *(session.posargs or MATRIX_PYTEST), external=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -23,7 +23,7 @@ import pytest
 
 from aiodiskqueue import DiskQueue
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 
