@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -430,9 +431,18 @@ async def test_a_sync_round_beside_inline_writes_stores_a_consistent_meta(
     await q.put(b"first")
     await q.get()  # the read position moves: the next sync round stores a meta
     held = _HeldSync(monkeypatch)
-    for i in range(15):  # the round at the 10th put is held; 5 more puts run beside it
+
+    def release_soon() -> None:
+        # The round starts at half of sync_every and is held; the puts after it run
+        # beside it until sync_every is reached, where a put must wait for the round.
+        held.started.wait(10)
+        time.sleep(0.3)
+        held.release.set()
+
+    releaser = asyncio.create_task(asyncio.to_thread(release_soon))
+    for i in range(15):
         await q.put(b"m%02d" % i)
-    held.release.set()
+    await releaser
     for _ in range(250):
         if q.statistics().syncs and read_meta(tmp_path, "q").read_pos > 0:
             break
