@@ -78,6 +78,17 @@ async def test_unparsable_meta_rebuilt_from_segments(tmp_path: Path, garbage: by
     assert read_queue(tmp_path, "q") == []
 
 
+async def test_a_second_unparsable_meta_never_overwrites_the_first(tmp_path: Path) -> None:
+    write_queue(tmp_path, "q", msgs_of(3), 150)
+    bad = tmp_path / (meta_name("q") + ".bad")
+    bad.write_bytes(b"the first bad meta")
+    (tmp_path / meta_name("q")).write_bytes(b"the second")
+    got, _ = await drain(tmp_path, max_bytes_per_file=150)
+    assert got == msgs_of(3)
+    assert bad.read_bytes() == b"the first bad meta"
+    assert (tmp_path / (meta_name("q") + ".bad.1")).read_bytes() == b"the second"
+
+
 @pytest.mark.parametrize(
     ("synced", "total"),
     [(0, 1), (5, 6), (10, 40), (33, 90), (0, 90)],

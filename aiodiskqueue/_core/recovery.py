@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .._format.layout import file_size, fsync_dir
+from .._format.layout import file_size, free_bad_name, fsync_dir
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
 from .._format.scan import BAD_LENGTH, realign, scan_segment
 from ..errors import CorruptionError
@@ -61,10 +61,10 @@ class Recovery:
         except ValueError as exc:
             if self.strict:
                 raise CorruptionError(lay.meta_path, 0, str(exc)) from exc
-            moved = lay.meta_path + ".bad"
+            moved = free_bad_name(lay.meta_path)  # never over an older one
             log.warning("%s: unreadable meta file (%s); moved to %s, rebuilding from segments",
                         lay.meta_path, exc, moved)
-            os.replace(lay.meta_path, moved)
+            os.rename(lay.meta_path, moved)
             meta = None
         recovered = 0
         if meta is None:
