@@ -30,6 +30,7 @@ from ._protocol import (
     decode_name,
     frame,
     message_frame,
+    message_frame_head,
     parse_int,
     parse_mpub,
     read_int32,
@@ -106,11 +107,13 @@ class Connection(ReplyWriter):
         self._last_active = 0.0
         self._ordering: asyncio.Task[bytes] | None = None
         """The last publish that later ones must wait for (see :meth:`_publish`)."""
+        self._pub_batch: tuple[str, list[bytes], asyncio.Task[bytes]] | None = None
+        """Topic, bodies and task of the last PUB while its store has not started:
+        pipelined PUBs to the same topic join it (see :meth:`_pub`)."""
         self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[Reply]]] = {
             b"IDENTIFY": self._identify,
             b"SUB": self._sub,
             b"RDY": self._rdy,
-            b"FIN": self._fin,
             b"REQ": self._req,
             b"TOUCH": self._touch,
             b"PUB": self._pub,
@@ -136,6 +139,7 @@ class Connection(ReplyWriter):
                 self.send(ClientError("E_BAD_PROTOCOL", f"bad protocol magic {magic!r}").frame())
                 return
             self._heartbeat = loop.create_task(self._run_heartbeat())
+            transport = self.writer.transport
             while True:
                 self._last_active = loop.time()
                 try:
@@ -150,8 +154,22 @@ class Connection(ReplyWriter):
                     line = line[:-1]
                 self._last_active = loop.time()
                 params = line.split(b" ")
-                handler = self._handlers.get(params[0])
                 try:
+                    if params[0] == b"FIN":
+                        # The consumer's per-message command, without a handler
+                        # coroutine; it sends nothing, so the checks after a reply
+                        # do not apply.
+                        d = self._fin(params)
+                        try:
+                            await d.finish()
+                        except DiskQueueError as exc:  # not in flight, or closing
+                            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}",
+                                              fatal=False) from None
+                        self.finish_count += 1
+                        if self._failed:
+                            return
+                        continue
+                    handler = self._handlers.get(params[0])
                     if handler is None:
                         raise ClientError("E_INVALID", f"invalid command {_show(params[0])}")
                     resp = await handler(params)
@@ -171,7 +189,8 @@ class Connection(ReplyWriter):
                     head = self._replies[0]
                     if isinstance(head, asyncio.Task):
                         await asyncio.wait((head,))
-                await self._drain_if_needed()
+                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await self._drain_if_needed()
         except Exception:
             log.exception("client %s: unexpected error", self)
         finally:
@@ -329,17 +348,15 @@ class Connection(ReplyWriter):
             raise ClientError(code, f"{cmd} {_show(msg_id)} failed ID not in flight", fatal=False)
         return d
 
-    async def _fin(self, params: list[bytes]) -> Reply:
+    def _fin(self, params: list[bytes]) -> Delivery:
+        """FIN's checks: the message, forgotten here; :meth:`run` finishes it in the store.
+
+        Not a coroutine (one FIN comes per message delivered).
+        """
         d = self._in_flight(self._settle_params(params, "FIN", 2), "FIN")
         del self.in_flight[d.id]
         self.wake()
-        try:
-            await d.finish()
-        except DiskQueueError as exc:  # MessageNotInFlight, or the queue is closing
-            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}",
-                              fatal=False) from None
-        self.finish_count += 1
-        return None
+        return d
 
     async def _req(self, params: list[bytes]) -> Reply:
         msg_id = self._settle_params(params, "REQ", 3)
@@ -390,7 +407,16 @@ class Connection(ReplyWriter):
         tname = await self._topic_param(params, "PUB", 2)
         body = await self._read_body("PUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
-        return self._publish("E_PUB_FAILED", "PUB", tname, [body])
+        batch = self._pub_batch
+        if batch is not None and batch[0] == tname:
+            # A PUB to the same topic whose store has not started yet: one write,
+            # one reply per PUB when it is done (see _publish).
+            batch[1].append(body)
+            return batch[2]
+        bodies = [body]
+        task = self._publish("E_PUB_FAILED", "PUB", tname, bodies)
+        self._pub_batch = (tname, bodies, task)
+        return task
 
     async def _dpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "DPUB", 3)
@@ -419,8 +445,11 @@ class Connection(ReplyWriter):
         (see :meth:`_reply`). Message order: tasks start in command order and
         each put is queued before its first wait, except when a topic must be
         created first. Such a publish, and every later one of this connection
-        until it is done, waits for the one before it.
+        until it is done, waits for the one before it. PUBs to the same topic
+        read before the task of the first one starts are stored by that task,
+        as one batch (:meth:`_pub`).
         """
+        self._pub_batch = None  # a PUB after this one must not be stored before it
         prev = self._ordering
         if prev is not None and prev.done():
             prev = None
@@ -432,6 +461,9 @@ class Connection(ReplyWriter):
 
     async def _store(self, code: str, cmd: str, tname: str, bodies: list[bytes],
                      delay: float, after: asyncio.Task[bytes] | None) -> bytes:
+        batch = self._pub_batch
+        if batch is not None and batch[1] is bodies:
+            self._pub_batch = None  # started: later PUBs make a new batch
         if after is not None:
             await asyncio.wait((after,))
         try:
@@ -482,7 +514,25 @@ class Connection(ReplyWriter):
             # No await between get() returning and the message being recorded and
             # written (but for a sampled-out one, finished at once), so cancelling
             # the pump never strands a delivery: a cancelled get() takes nothing.
-            d = store.get_nowait(msg_timeout)
+            if not sample:
+                # Everything ready that RDY allows, recorded and queued for one write.
+                batch = store.get_ready(self.rdy - len(in_flight), msg_timeout)
+                if batch:
+                    parts: list[bytes] = []
+                    for dv in batch:
+                        in_flight[dv.id] = dv
+                        body = dv.body
+                        parts.append(message_frame_head(dv.timestamp, dv.attempts, dv.id,
+                                                        len(body)))
+                        parts.append(body)
+                    self.message_count += len(batch)
+                    self.send_parts(parts)
+                    if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                        await self._drain_if_needed()
+                    continue
+                d = None
+            else:
+                d = store.get_nowait(msg_timeout)
             if d is None:
                 self._getting = True
                 try:
