@@ -107,6 +107,8 @@ class Connection(ReplyWriter):
         self._last_active = 0.0
         self._ordering: asyncio.Task[bytes] | None = None
         """The last publish that later ones must wait for (see :meth:`_publish`)."""
+        self._last_topic: tuple[bytes | None, str] = (None, "")
+        """The raw and decoded topic parameter of the last publish that passed the checks."""
         self._pub_batch: tuple[str, list[bytes], asyncio.Task[bytes]] | None = None
         """Topic, bodies and task of the last PUB while its store has not started:
         pipelined PUBs to the same topic join it (see :meth:`_pub`)."""
@@ -261,9 +263,13 @@ class Connection(ReplyWriter):
     async def _topic_param(self, params: list[bytes], cmd: str, nparams: int) -> str:
         if len(params) < nparams:
             raise ClientError("E_INVALID", f"{cmd} insufficient number of parameters")
-        name = decode_name(params[1])
+        raw = params[1]
+        if raw == self._last_topic[0]:
+            return self._last_topic[1]  # a publisher mostly repeats its topic
+        name = decode_name(raw)
         if name is None:
-            raise ClientError("E_BAD_TOPIC", f"{cmd} topic name {_show(params[1])} is not valid")
+            raise ClientError("E_BAD_TOPIC", f"{cmd} topic name {_show(raw)} is not valid")
+        self._last_topic = (raw, name)
         return name
 
     # ------------------------------------------------------------------ commands
