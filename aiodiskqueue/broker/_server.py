@@ -9,7 +9,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..errors import DiskQueueError
@@ -237,24 +237,8 @@ class Connection(ReplyWriter):
             self.writer.close()
             await self.writer.wait_closed()
 
-    async def _run_heartbeat(self) -> None:
-        """Send ``_heartbeat_`` every interval; close a client silent for two intervals.
-
-        As nsqd's read deadline: the client must send something (a NOP answers
-        a heartbeat) at least every two intervals. Waiting here rather than
-        around each read keeps the read path free of timers.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            hb = self.config.heartbeat_interval_ms / 1000
-            if hb <= 0:
-                return
-            await asyncio.sleep(hb)
-            if loop.time() - self._last_active > 2 * hb:
-                log.info("client %s: nothing received for two heartbeat intervals, closing", self)
-                self.close()
-                return
-            self.send(_HEARTBEAT_FRAME)
+    def _run_heartbeat(self) -> Coroutine[Any, Any, None]:
+        return _run_heartbeat(self)
 
     # ------------------------------------------------------------------ body helpers
 
@@ -364,10 +348,7 @@ class Connection(ReplyWriter):
         return d
 
     def _fin(self, params: list[bytes]) -> Delivery:
-        """FIN's checks: the message, forgotten here; :meth:`run` finishes it in the store.
-
-        Not a coroutine (one FIN comes per message delivered).
-        """
+        """FIN's checks (not a coroutine); :meth:`run` finishes the message in the store."""
         d = self._in_flight(self._settle_params(params, "FIN", 2), "FIN")
         del self.in_flight[d.id]
         self.wake()
@@ -533,15 +514,8 @@ class Connection(ReplyWriter):
                 # Everything ready that RDY allows, recorded and queued for one write.
                 batch = store.get_ready(self.rdy - len(in_flight), msg_timeout)
                 if batch:
-                    parts: list[bytes] = []
-                    for dv in batch:
-                        in_flight[dv.id] = dv
-                        body = dv.body
-                        parts.append(message_frame_head(dv.timestamp, dv.attempts, dv.id,
-                                                        len(body)))
-                        parts.append(body)
                     self.message_count += len(batch)
-                    self.send_parts(parts)
+                    self.send_parts(_record(batch, in_flight))
                     if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                         await self._drain_if_needed()
                     continue
@@ -567,9 +541,7 @@ class Connection(ReplyWriter):
     def _prune(self, now: float, timeout: float) -> None:
         """Forget deliveries the store took back after their deadline (timed out)."""
         self._next_prune = now + min(1.0, timeout / 4)
-        stale = [k for k, d in self.in_flight.items() if not d.in_flight]
-        for k in stale:
-            del self.in_flight[k]
+        _forget_stale(self.in_flight)
 
     # ------------------------------------------------------------------ Subscriber
 
@@ -602,30 +574,71 @@ class Connection(ReplyWriter):
 
     def stats(self) -> dict[str, Any]:
         """nsqd's client stats object."""
-        cfg = self.config
-        return {
-            "client_id": cfg.client_id,
-            "hostname": cfg.hostname,
-            "version": "V2",
-            "remote_address": self.remote_address,
-            "state": int(self.state),
-            "ready_count": self.rdy,
-            # Not len(): deliveries the store took back at their deadline are gone.
-            "in_flight_count": sum(1 for d in self.in_flight.values() if d.in_flight),
-            "message_count": self.message_count,
-            "finish_count": self.finish_count,
-            "requeue_count": self.requeue_count,
-            "connect_ts": self.connect_ts,
-            "sample_rate": cfg.sample_rate,
-            "deflate": False,
-            "snappy": False,
-            "user_agent": cfg.user_agent,
-            "tls": False,
-            "msg_timeout": cfg.msg_timeout_ms,
-        }
+        return _client_stats(self)
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
 
+
+def _record(batch: list[Delivery], in_flight: dict[bytes, Delivery]) -> list[bytes]:
+    """Put ``batch`` in flight in ``in_flight``; return its message frames, for one write."""
+    parts: list[bytes] = []
+    for d in batch:
+        in_flight[d.id] = d
+        body = d.body
+        parts.append(message_frame_head(d.timestamp, d.attempts, d.id, len(body)))
+        parts.append(body)
+    return parts
+
+
+def _forget_stale(in_flight: dict[bytes, Delivery]) -> None:
+    """Drop the deliveries the store took back after their deadline (timed out)."""
+    for k in [k for k, d in in_flight.items() if not d.in_flight]:
+        del in_flight[k]
+
+
+async def _run_heartbeat(conn: Connection) -> None:
+    """Send ``_heartbeat_`` every interval; close a client silent for two intervals.
+
+    As nsqd's read deadline: the client must send something (a NOP answers
+    a heartbeat) at least every two intervals. Waiting here rather than
+    around each read keeps the read path free of timers.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        hb = conn.config.heartbeat_interval_ms / 1000
+        if hb <= 0:
+            return
+        await asyncio.sleep(hb)
+        if loop.time() - conn._last_active > 2 * hb:
+            log.info("client %s: nothing received for two heartbeat intervals, closing", conn)
+            conn.close()
+            return
+        conn.send(_HEARTBEAT_FRAME)
+
+
+def _client_stats(conn: Connection) -> dict[str, Any]:
+    """nsqd's client stats object."""
+    cfg = conn.config
+    return {
+        "client_id": cfg.client_id,
+        "hostname": cfg.hostname,
+        "version": "V2",
+        "remote_address": conn.remote_address,
+        "state": int(conn.state),
+        "ready_count": conn.rdy,
+        # Not len(): deliveries the store took back at their deadline are gone.
+        "in_flight_count": sum(1 for d in conn.in_flight.values() if d.in_flight),
+        "message_count": conn.message_count,
+        "finish_count": conn.finish_count,
+        "requeue_count": conn.requeue_count,
+        "connect_ts": conn.connect_ts,
+        "sample_rate": cfg.sample_rate,
+        "deflate": False,
+        "snappy": False,
+        "user_agent": cfg.user_agent,
+        "tls": False,
+        "msg_timeout": cfg.msg_timeout_ms,
+    }
 
 __all__ = ["ClientState", "Connection"]
