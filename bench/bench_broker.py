@@ -37,6 +37,11 @@ CPU per message.
 
 The broker and the clients share the machine's cores: the figures are
 end-to-end system throughput on one host, not the broker's ceiling.
+
+The last line is a calibration measured in the same run, before and after
+the rows: the CPU cost of an ``asyncio.Queue`` round trip between two tasks,
+against the range /work/shared/MEASUREMENTS.md gives for it, so that a reader
+can tell how fast the (shared) machine ran. It is printed, not applied.
 """
 
 from __future__ import annotations
@@ -75,6 +80,50 @@ def self_cpu() -> float:
     """This process's user + system CPU seconds."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+# ---------------------------------------------------------------------- calibration
+
+CALIBRATION_ROUND_TRIPS = 20_000
+CALIBRATION_THEN = (150_000, 200_000)
+"""Round trips/s of the same workload in /work/shared/MEASUREMENTS.md (``await`` round
+trip between two tasks via ``asyncio.Queue``), the machine class the targets refer to."""
+
+
+async def calibration() -> float:
+    """CPU microseconds per ``asyncio.Queue`` round trip between two tasks, in this process.
+
+    A fixed pure-Python/asyncio workload, to scale the figures of a run to the
+    machine's speed at the time; it is printed, never applied to the figures.
+    """
+    ping: asyncio.Queue[int] = asyncio.Queue()
+    pong: asyncio.Queue[int] = asyncio.Queue()
+
+    async def echo() -> None:
+        while (i := await ping.get()) >= 0:
+            pong.put_nowait(i)
+
+    task = asyncio.ensure_future(echo())
+    c0 = self_cpu()
+    for i in range(CALIBRATION_ROUND_TRIPS):
+        ping.put_nowait(i)
+        await pong.get()
+    cpu = self_cpu() - c0
+    ping.put_nowait(-1)
+    await task
+    return cpu / CALIBRATION_ROUND_TRIPS * 1e6
+
+
+def calibration_line(us: list[float]) -> str:
+    """The calibration as printed: the run's figure against the machine figures' range."""
+    best = min(us)
+    lo, hi = (1e6 / r for r in CALIBRATION_THEN[::-1])
+    return (f"calibration: asyncio.Queue round trip {best:.1f} us CPU "
+            f"({1e6 / best / 1000:.0f} k/s; runs {', '.join(f'{u:.1f}' for u in us)} us); "
+            f"MEASUREMENTS.md: {CALIBRATION_THEN[0] // 1000}-{CALIBRATION_THEN[1] // 1000} k/s "
+            f"({lo:.1f}-{hi:.1f} us). This machine now runs {best / hi:.1f}-{best / lo:.1f}x "
+            f"slower than then: divide the CPU figures by that to compare with targets "
+            f"set on the machine as measured then (not applied to the table).")
 
 
 # ---------------------------------------------------------------------- library anchor
@@ -403,6 +452,7 @@ async def _clients(broker: BrokerProcess, topic: str) -> int:
 async def main_async(args: argparse.Namespace) -> list[Row]:
     n, size, pubs, cons, rdy = args.messages, args.size, args.publishers, args.consumers, args.rdy
     rows: list[Row] = []
+    args.calibration = [await calibration()]
 
     def add(name: str, count: int, secs: float, cpu: float) -> None:
         rows.append((name, secs, count / secs, cpu / count * 1e6))
@@ -428,6 +478,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
         await cpu_rows(args, broker, add)
     finally:
         broker.close()
+    args.calibration.append(await calibration())
     return rows
 
 
@@ -460,13 +511,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps([{"row": r, "seconds": s, "msgs_per_s": m, "vs_library": m / anchor,
                            "cpu_us_per_msg": c, "cpu_vs_library": c / anchor_cpu}
-                          for r, s, m, c in rows]))
+                          for r, s, m, c in rows]
+                         + [{"row": "calibration", "cpu_us_per_round_trip": args.calibration,
+                             "measurements_md_round_trips_per_s": CALIBRATION_THEN}]))
     else:
         print(f"\n{n_desc(args)}")
         print(f"{'row':26} {'msg/s':>10} {'vs library':>11} {'CPU us/msg':>11} {'CPU vs lib':>11}")
         for r, _s, m, c in rows:
             print(f"{r:26} {m:10.0f} {m / anchor:10.2f}x {c:11.1f} {c / anchor_cpu:10.2f}x")
         print("CPU us/msg: the broker process's (the library row: this process's).")
+        print(calibration_line(args.calibration))
     return 0
 
 

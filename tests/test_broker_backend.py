@@ -148,3 +148,25 @@ async def test_empty_drops_ready_and_deferred_keeps_in_flight(stores: OpenStore)
     await d.finish()  # the caller settles in-flight ones (the channel finishes them)
     await s.put(b"after")
     assert (await asyncio.wait_for(s.get(), WAIT)).body == b"after"
+
+
+async def test_get_ready_takes_up_to_limit_in_order_without_waiting(stores: OpenStore) -> None:
+    s = await stores("t:ready")
+    assert s.get_ready(10) == []  # nothing ready: no wait, nothing taken
+    await s.put_many([b"%d" % i for i in range(5)])
+    await _poll(lambda: s.stats().depth == 5)
+    got = []
+    while len(got) < 3:  # what is read ahead into memory may come in parts
+        got += s.get_ready(3 - len(got))
+        await asyncio.sleep(0.01)
+    assert [d.body for d in got] == [b"0", b"1", b"2"]
+    assert s.stats().in_flight == 3
+    rest = []
+    while len(rest) < 2:
+        rest += s.get_ready(10)
+        await asyncio.sleep(0.01)
+    assert [d.body for d in rest] == [b"3", b"4"]
+    assert s.get_ready(10) == []
+    for d in got + rest:
+        await d.finish()
+    await _poll(lambda: s.stats().finished == 5)

@@ -533,3 +533,42 @@ async def test_large_topic_backlog_moves_to_a_new_channel_in_order(
     got = [(await c.read()).body for _ in bodies]
     assert got == bodies
     await eventually(lambda: broker.broker.stats("backlog")["topics"][0]["depth"] == 0)
+
+
+async def test_pipelined_pubs_to_one_topic_share_a_store_call_and_keep_order(
+    broker: BrokerServer, raw_clients: list[RawClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiodiskqueue.broker._backend import AckStore
+
+    calls: list[int] = []
+    put, put_many = AckStore.put, AckStore.put_many
+
+    async def counting_put(self: AckStore, body: bytes, delay: float = 0.0) -> None:
+        calls.append(1)
+        await put(self, body, delay)
+
+    async def counting_put_many(self: AckStore, bodies: list[bytes], delay: float = 0.0) -> None:
+        calls.append(len(bodies))
+        await put_many(self, bodies, delay)
+
+    monkeypatch.setattr(AckStore, "put", counting_put)
+    monkeypatch.setattr(AckStore, "put_many", counting_put_many)
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("joined", "ch", rdy=0)
+    p = await connect(broker.tcp_port, raw_clients)
+
+    def pub(topic: bytes, body: bytes) -> bytes:
+        return b"PUB " + topic + b"\n" + struct.pack(">i", len(body)) + body
+
+    mpub = struct.pack(">i", 1) + struct.pack(">i", 3) + b"m00"
+    sent = ([pub(b"joined", b"a%02d" % i) for i in range(50)]
+            + [pub(b"other", b"o00"), pub(b"joined", b"b00"), b"NOP\n",
+               b"MPUB joined\n" + struct.pack(">i", len(mpub)) + mpub, pub(b"joined", b"c00")])
+    p.writer.write(b"".join(sent))  # one write: the broker reads them in one go
+    replies = [await p.read() for _ in range(54)]  # 50 + 1 + 1 PUB, 1 MPUB, 1 PUB
+    assert [(f.type, f.data) for f in replies] == [(0, b"OK")] * 54
+    assert sum(calls) == 54
+    assert len(calls) < 20  # the 50 pipelined PUBs were not stored one by one
+    c.send(b"RDY 100")
+    got = [(await c.read()).body for _ in range(53)]
+    assert got == [b"a%02d" % i for i in range(50)] + [b"b00", b"m00", b"c00"]

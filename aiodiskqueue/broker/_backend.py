@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Final, Protocol, final
+from typing import Any, Final, Protocol, final
 
 from .._format import nsq
 from ..ack.files import ack_queue_files, remove_ack_queue_files
@@ -95,6 +96,11 @@ class Store(Protocol):
         for get)."""
         ...
 
+    def get_ready(self, limit: int, msg_timeout: float | None = None) -> list[Delivery]:
+        """Up to ``limit`` due messages that are ready in memory, in order, now in flight
+        (``msg_timeout`` as for get); an empty list if none is."""
+        ...
+
     async def empty(self) -> None:
         """Drop every message that is ready or deferred (nsqd's channel/topic empty).
 
@@ -139,9 +145,13 @@ class _AckDelivery:
         """False once finished, requeued or timed out."""
         return self._m.in_flight
 
-    async def finish(self) -> None:
-        """FIN. Raises MessageNotInFlight if it is no longer in flight."""
-        await self._m.finish()
+    def finish(self) -> Coroutine[Any, Any, None]:
+        """FIN. Raises MessageNotInFlight if it is no longer in flight.
+
+        The queue's own coroutine, not a wrapper around it: one FIN per message
+        delivered makes this a hot path.
+        """
+        return self._m.finish()
 
     async def requeue(self, delay: float = 0.0) -> None:
         """REQ with ``delay`` seconds. Raises MessageNotInFlight if it is no longer in flight."""
@@ -182,6 +192,17 @@ class AckStore:
             return _AckDelivery(self.q.get_nowait(msg_timeout=msg_timeout))
         except QueueEmpty:
             return None
+
+    def get_ready(self, limit: int, msg_timeout: float | None = None) -> list[Delivery]:
+        """Up to ``limit`` messages that are ready in memory, in order, now in flight."""
+        out: list[Delivery] = []
+        take = self.q.get_nowait
+        try:
+            while len(out) < limit:
+                out.append(_AckDelivery(take(msg_timeout=msg_timeout)))
+        except QueueEmpty:
+            pass
+        return out
 
     async def empty(self) -> None:
         """Drop every ready and deferred message (``AckQueue.purge``); in-flight ones stay."""

@@ -47,6 +47,15 @@ class ReplyWriter:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def send_parts(self, parts: list[bytes]) -> None:
+        """Queue ``parts`` for the socket, in order, as :meth:`send` queues one frame."""
+        if self._closed or not parts:
+            return
+        self._out.extend(parts)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._out and not self._closed:
@@ -64,8 +73,12 @@ class ReplyWriter:
         if item is None:
             return
         if isinstance(item, asyncio.Task):
-            self._replies.append(item)
-            item.add_done_callback(self._send_replies)
+            replies = self._replies
+            if not replies or replies[-1] is not item:
+                # One callback per task: a task may stand for several replies in a row
+                # (pipelined PUBs stored together), all sent by that one call.
+                item.add_done_callback(self._send_replies)
+            replies.append(item)
         elif self._replies:
             self._replies.append(item)
         elif isinstance(item, ClientError):

@@ -69,9 +69,16 @@ def frame(frame_type: int, data: bytes) -> bytes:
 
 def message_frame(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
     """Return a message frame for a delivery (``attempts`` is clamped to 65535)."""
-    head = _MSG_HEAD.pack(len(body) + 4 + nsq.HEADER_SIZE, FRAME_MESSAGE, timestamp,
+    return message_frame_head(timestamp, attempts, msg_id, len(body)) + body
+
+
+def message_frame_head(timestamp: int, attempts: int, msg_id: bytes, body_size: int) -> bytes:
+    """The part of a message frame before its body (``attempts`` is clamped to 65535).
+
+    Sent followed by the body, it is :func:`message_frame` without copying the body.
+    """
+    return _MSG_HEAD.pack(body_size + 4 + nsq.HEADER_SIZE, FRAME_MESSAGE, timestamp,
                           min(attempts, nsq.MAX_ATTEMPTS), msg_id)
-    return head + body
 
 
 def read_int32(data: bytes, offset: int = 0) -> int:
@@ -175,6 +182,7 @@ __all__ = [
     "frame",
     "is_valid_name",
     "message_frame",
+    "message_frame_head",
     "pack_int32",
     "parse_int",
     "parse_mpub",

@@ -9,7 +9,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..errors import DiskQueueError
@@ -24,12 +24,14 @@ from ._protocol import (
     FRAME_RESPONSE,
     HEARTBEAT,
     MAGIC_V2,
+    MSG_ID_LENGTH,
     OK,
     ClientError,
     check_message_id,
     decode_name,
     frame,
     message_frame,
+    message_frame_head,
     parse_int,
     parse_mpub,
     read_int32,
@@ -106,11 +108,15 @@ class Connection(ReplyWriter):
         self._last_active = 0.0
         self._ordering: asyncio.Task[bytes] | None = None
         """The last publish that later ones must wait for (see :meth:`_publish`)."""
+        self._last_topic: tuple[bytes | None, str] = (None, "")
+        """The raw and decoded topic parameter of the last publish that passed the checks."""
+        self._pub_batch: tuple[str, list[bytes], asyncio.Task[bytes]] | None = None
+        """Topic, bodies and task of the last PUB while its store has not started:
+        pipelined PUBs to the same topic join it (see :meth:`_pub`)."""
         self._handlers: dict[bytes, Callable[[list[bytes]], Awaitable[Reply]]] = {
             b"IDENTIFY": self._identify,
             b"SUB": self._sub,
             b"RDY": self._rdy,
-            b"FIN": self._fin,
             b"REQ": self._req,
             b"TOUCH": self._touch,
             b"PUB": self._pub,
@@ -136,6 +142,8 @@ class Connection(ReplyWriter):
                 self.send(ClientError("E_BAD_PROTOCOL", f"bad protocol magic {magic!r}").frame())
                 return
             self._heartbeat = loop.create_task(self._run_heartbeat())
+            transport = self.writer.transport
+            in_flight = self.in_flight
             while True:
                 self._last_active = loop.time()
                 try:
@@ -150,8 +158,29 @@ class Connection(ReplyWriter):
                     line = line[:-1]
                 self._last_active = loop.time()
                 params = line.split(b" ")
-                handler = self._handlers.get(params[0])
                 try:
+                    if params[0] == b"FIN":
+                        # The consumer's per-message command, without a handler
+                        # coroutine; it sends nothing, so the checks after a reply
+                        # do not apply. The usual case (subscribed, one 16-byte id
+                        # in flight) skips the checks' calls; anything else gets them.
+                        d = (in_flight.pop(params[1], None)
+                             if len(params) == 2 and self.state is ClientState.SUBSCRIBED
+                             and len(params[1]) == MSG_ID_LENGTH else None)
+                        if d is None:
+                            d = self._fin(params)
+                        else:
+                            self.wake()
+                        try:
+                            await d.finish()
+                        except DiskQueueError as exc:  # not in flight, or closing
+                            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}",
+                                              fatal=False) from None
+                        self.finish_count += 1
+                        if self._failed:
+                            return
+                        continue
+                    handler = self._handlers.get(params[0])
                     if handler is None:
                         raise ClientError("E_INVALID", f"invalid command {_show(params[0])}")
                     resp = await handler(params)
@@ -171,7 +200,8 @@ class Connection(ReplyWriter):
                     head = self._replies[0]
                     if isinstance(head, asyncio.Task):
                         await asyncio.wait((head,))
-                await self._drain_if_needed()
+                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await self._drain_if_needed()
         except Exception:
             log.exception("client %s: unexpected error", self)
         finally:
@@ -207,24 +237,8 @@ class Connection(ReplyWriter):
             self.writer.close()
             await self.writer.wait_closed()
 
-    async def _run_heartbeat(self) -> None:
-        """Send ``_heartbeat_`` every interval; close a client silent for two intervals.
-
-        As nsqd's read deadline: the client must send something (a NOP answers
-        a heartbeat) at least every two intervals. Waiting here rather than
-        around each read keeps the read path free of timers.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            hb = self.config.heartbeat_interval_ms / 1000
-            if hb <= 0:
-                return
-            await asyncio.sleep(hb)
-            if loop.time() - self._last_active > 2 * hb:
-                log.info("client %s: nothing received for two heartbeat intervals, closing", self)
-                self.close()
-                return
-            self.send(_HEARTBEAT_FRAME)
+    def _run_heartbeat(self) -> Coroutine[Any, Any, None]:
+        return _run_heartbeat(self)
 
     # ------------------------------------------------------------------ body helpers
 
@@ -242,9 +256,13 @@ class Connection(ReplyWriter):
     async def _topic_param(self, params: list[bytes], cmd: str, nparams: int) -> str:
         if len(params) < nparams:
             raise ClientError("E_INVALID", f"{cmd} insufficient number of parameters")
-        name = decode_name(params[1])
+        raw = params[1]
+        if raw == self._last_topic[0]:
+            return self._last_topic[1]  # a publisher mostly repeats its topic
+        name = decode_name(raw)
         if name is None:
-            raise ClientError("E_BAD_TOPIC", f"{cmd} topic name {_show(params[1])} is not valid")
+            raise ClientError("E_BAD_TOPIC", f"{cmd} topic name {_show(raw)} is not valid")
+        self._last_topic = (raw, name)
         return name
 
     # ------------------------------------------------------------------ commands
@@ -329,17 +347,12 @@ class Connection(ReplyWriter):
             raise ClientError(code, f"{cmd} {_show(msg_id)} failed ID not in flight", fatal=False)
         return d
 
-    async def _fin(self, params: list[bytes]) -> Reply:
+    def _fin(self, params: list[bytes]) -> Delivery:
+        """FIN's checks (not a coroutine); :meth:`run` finishes the message in the store."""
         d = self._in_flight(self._settle_params(params, "FIN", 2), "FIN")
         del self.in_flight[d.id]
         self.wake()
-        try:
-            await d.finish()
-        except DiskQueueError as exc:  # MessageNotInFlight, or the queue is closing
-            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}",
-                              fatal=False) from None
-        self.finish_count += 1
-        return None
+        return d
 
     async def _req(self, params: list[bytes]) -> Reply:
         msg_id = self._settle_params(params, "REQ", 3)
@@ -390,7 +403,16 @@ class Connection(ReplyWriter):
         tname = await self._topic_param(params, "PUB", 2)
         body = await self._read_body("PUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
-        return self._publish("E_PUB_FAILED", "PUB", tname, [body])
+        batch = self._pub_batch
+        if batch is not None and batch[0] == tname:
+            # A PUB to the same topic whose store has not started yet: one write,
+            # one reply per PUB when it is done (see _publish).
+            batch[1].append(body)
+            return batch[2]
+        bodies = [body]
+        task = self._publish("E_PUB_FAILED", "PUB", tname, bodies)
+        self._pub_batch = (tname, bodies, task)
+        return task
 
     async def _dpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "DPUB", 3)
@@ -419,8 +441,11 @@ class Connection(ReplyWriter):
         (see :meth:`_reply`). Message order: tasks start in command order and
         each put is queued before its first wait, except when a topic must be
         created first. Such a publish, and every later one of this connection
-        until it is done, waits for the one before it.
+        until it is done, waits for the one before it. PUBs to the same topic
+        read before the task of the first one starts are stored by that task,
+        as one batch (:meth:`_pub`).
         """
+        self._pub_batch = None  # a PUB after this one must not be stored before it
         prev = self._ordering
         if prev is not None and prev.done():
             prev = None
@@ -432,6 +457,9 @@ class Connection(ReplyWriter):
 
     async def _store(self, code: str, cmd: str, tname: str, bodies: list[bytes],
                      delay: float, after: asyncio.Task[bytes] | None) -> bytes:
+        batch = self._pub_batch
+        if batch is not None and batch[1] is bodies:
+            self._pub_batch = None  # started: later PUBs make a new batch
         if after is not None:
             await asyncio.wait((after,))
         try:
@@ -482,7 +510,18 @@ class Connection(ReplyWriter):
             # No await between get() returning and the message being recorded and
             # written (but for a sampled-out one, finished at once), so cancelling
             # the pump never strands a delivery: a cancelled get() takes nothing.
-            d = store.get_nowait(msg_timeout)
+            if not sample:
+                # Everything ready that RDY allows, recorded and queued for one write.
+                batch = store.get_ready(self.rdy - len(in_flight), msg_timeout)
+                if batch:
+                    self.message_count += len(batch)
+                    self.send_parts(_record(batch, in_flight))
+                    if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                        await self._drain_if_needed()
+                    continue
+                d = None
+            else:
+                d = store.get_nowait(msg_timeout)
             if d is None:
                 self._getting = True
                 try:
@@ -502,9 +541,7 @@ class Connection(ReplyWriter):
     def _prune(self, now: float, timeout: float) -> None:
         """Forget deliveries the store took back after their deadline (timed out)."""
         self._next_prune = now + min(1.0, timeout / 4)
-        stale = [k for k, d in self.in_flight.items() if not d.in_flight]
-        for k in stale:
-            del self.in_flight[k]
+        _forget_stale(self.in_flight)
 
     # ------------------------------------------------------------------ Subscriber
 
@@ -537,30 +574,71 @@ class Connection(ReplyWriter):
 
     def stats(self) -> dict[str, Any]:
         """nsqd's client stats object."""
-        cfg = self.config
-        return {
-            "client_id": cfg.client_id,
-            "hostname": cfg.hostname,
-            "version": "V2",
-            "remote_address": self.remote_address,
-            "state": int(self.state),
-            "ready_count": self.rdy,
-            # Not len(): deliveries the store took back at their deadline are gone.
-            "in_flight_count": sum(1 for d in self.in_flight.values() if d.in_flight),
-            "message_count": self.message_count,
-            "finish_count": self.finish_count,
-            "requeue_count": self.requeue_count,
-            "connect_ts": self.connect_ts,
-            "sample_rate": cfg.sample_rate,
-            "deflate": False,
-            "snappy": False,
-            "user_agent": cfg.user_agent,
-            "tls": False,
-            "msg_timeout": cfg.msg_timeout_ms,
-        }
+        return _client_stats(self)
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
 
+
+def _record(batch: list[Delivery], in_flight: dict[bytes, Delivery]) -> list[bytes]:
+    """Put ``batch`` in flight in ``in_flight``; return its message frames, for one write."""
+    parts: list[bytes] = []
+    for d in batch:
+        in_flight[d.id] = d
+        body = d.body
+        parts.append(message_frame_head(d.timestamp, d.attempts, d.id, len(body)))
+        parts.append(body)
+    return parts
+
+
+def _forget_stale(in_flight: dict[bytes, Delivery]) -> None:
+    """Drop the deliveries the store took back after their deadline (timed out)."""
+    for k in [k for k, d in in_flight.items() if not d.in_flight]:
+        del in_flight[k]
+
+
+async def _run_heartbeat(conn: Connection) -> None:
+    """Send ``_heartbeat_`` every interval; close a client silent for two intervals.
+
+    As nsqd's read deadline: the client must send something (a NOP answers
+    a heartbeat) at least every two intervals. Waiting here rather than
+    around each read keeps the read path free of timers.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        hb = conn.config.heartbeat_interval_ms / 1000
+        if hb <= 0:
+            return
+        await asyncio.sleep(hb)
+        if loop.time() - conn._last_active > 2 * hb:
+            log.info("client %s: nothing received for two heartbeat intervals, closing", conn)
+            conn.close()
+            return
+        conn.send(_HEARTBEAT_FRAME)
+
+
+def _client_stats(conn: Connection) -> dict[str, Any]:
+    """nsqd's client stats object."""
+    cfg = conn.config
+    return {
+        "client_id": cfg.client_id,
+        "hostname": cfg.hostname,
+        "version": "V2",
+        "remote_address": conn.remote_address,
+        "state": int(conn.state),
+        "ready_count": conn.rdy,
+        # Not len(): deliveries the store took back at their deadline are gone.
+        "in_flight_count": sum(1 for d in conn.in_flight.values() if d.in_flight),
+        "message_count": conn.message_count,
+        "finish_count": conn.finish_count,
+        "requeue_count": conn.requeue_count,
+        "connect_ts": conn.connect_ts,
+        "sample_rate": cfg.sample_rate,
+        "deflate": False,
+        "snappy": False,
+        "user_agent": cfg.user_agent,
+        "tls": False,
+        "msg_timeout": cfg.msg_timeout_ms,
+    }
 
 __all__ = ["ClientState", "Connection"]
