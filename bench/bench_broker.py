@@ -40,7 +40,8 @@ end-to-end system throughput on one host, not the broker's ceiling.
 
 The last line is a calibration measured in the same run, before and after
 the rows: the CPU cost of an ``asyncio.Queue`` round trip between two tasks,
-against the range /work/shared/MEASUREMENTS.md gives for it, so that a reader
+against the range measured for it on the reference machine of this class (the
+machine the speed targets were set on), so that a reader
 can tell how fast the (shared) machine ran. It is printed, not applied.
 """
 
@@ -86,7 +87,7 @@ def self_cpu() -> float:
 
 CALIBRATION_ROUND_TRIPS = 20_000
 CALIBRATION_THEN = (150_000, 200_000)
-"""Round trips/s of the same workload in /work/shared/MEASUREMENTS.md (``await`` round
+"""Round trips/s of the same workload on the reference machine (``await`` round
 trip between two tasks via ``asyncio.Queue``), the machine class the targets refer to."""
 
 
@@ -120,7 +121,7 @@ def calibration_line(us: list[float]) -> str:
     lo, hi = (1e6 / r for r in CALIBRATION_THEN[::-1])
     return (f"calibration: asyncio.Queue round trip {best:.1f} us CPU "
             f"({1e6 / best / 1000:.0f} k/s; runs {', '.join(f'{u:.1f}' for u in us)} us); "
-            f"MEASUREMENTS.md: {CALIBRATION_THEN[0] // 1000}-{CALIBRATION_THEN[1] // 1000} k/s "
+            f"reference machine: {CALIBRATION_THEN[0] // 1000}-{CALIBRATION_THEN[1] // 1000} k/s "
             f"({lo:.1f}-{hi:.1f} us). This machine now runs {best / hi:.1f}-{best / lo:.1f}x "
             f"slower than then: divide the CPU figures by that to compare with targets "
             f"set on the machine as measured then (not applied to the table).")
