@@ -138,6 +138,11 @@ class QueueBuffers:
         """
         return False
 
+    def refill(self) -> None:
+        """The ready messages fell to the low-water mark while more wait on disk."""
+        self.refill_at = -1
+        wake(self.read_slot)
+
     # ------------------------------------------------------------------ size and state
 
     def qsize(self) -> int:
@@ -320,8 +325,7 @@ class QueueBuffers:
     def _after_take(self) -> None:
         """Wake whoever waits on room or on a read: the rare part of taking messages."""
         if self.ready_bytes <= self.refill_at:
-            self.refill_at = -1
-            wake(self.read_slot)
+            self.refill()
         if self.since_sync >= self.sync_every:
             wake(self.sync_req)
         if self.putters:

@@ -52,6 +52,12 @@ class _Flight:
     waiters: list[asyncio.Future[None]]
     sync_waiters: list[asyncio.Future[None]]
     lane: _LaneWrite | None = None
+    read: _LaneRead | None = None
+
+    @property
+    def on_lane(self) -> bool:
+        """Is this a job of the native lane (a write or a read), not of the I/O thread?"""
+        return self.lane is not None or self.read is not None
 
 
 @dataclass(slots=True)
@@ -61,6 +67,23 @@ class _LaneWrite:
     file_num: int
     pos: int
     total: int  # bytes, headers included
+
+
+@dataclass(slots=True)
+class _LaneRead:
+    """What a lane read flight reads: ``nbytes`` at ``pos`` of segment ``file_num``."""
+
+    file_num: int
+    pos: int
+    nbytes: int
+    buf: bytes  # filled by the native thread; look at it only once the flight is done
+
+
+def _sync_only(flight: _Flight) -> bool:
+    """Is ``flight`` a sync round on the I/O thread that writes and reads nothing?"""
+    job = flight.job
+    return (not flight.on_lane and job.payloads is None and job.read_from is None
+            and job.recount_from is None and not job.reset_writer)
 
 
 class Engine(ErrorPaths):
@@ -92,6 +115,7 @@ class Engine(ErrorPaths):
         self._beside: _Flight | None = None  # a sync round that inline writes run beside
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
         self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
+        self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -177,6 +201,17 @@ class Engine(ErrorPaths):
                 if flights:
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
+                    if len(flights) > 1 and flights[1].read is not None:
+                        # A lane read beside a sync round: whichever is done first is
+                        # applied first, so the consumer never waits for the round.
+                        await asyncio.wait([flights[0].fut, flights[1].fut],
+                                           return_when=asyncio.FIRST_COMPLETED)
+                        if not flights[0].fut.done():
+                            beside = flights[1]
+                            del flights[1]
+                            self._complete(beside)
+                            busy = True
+                            continue
                     await flights[0].fut
                     self._complete(flights.popleft())
                     busy = True
@@ -214,7 +249,11 @@ class Engine(ErrorPaths):
             return None
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
-        if flights and flights[-1].lane is not None:
+        if not flights or (len(flights) == 1 and _sync_only(flights[0])):
+            flight = self._lane_read()
+            if flight is not None:
+                return flight
+        if flights and flights[-1].on_lane:
             if (self._full_hop_due()
                     or not self._lane_fits(self._lane_end, size, self.sync_every == 1)):
                 return None
@@ -298,12 +337,56 @@ class Engine(ErrorPaths):
         self._sync_batch = []
         return flight
 
+    def _lane_read(self) -> _Flight | None:
+        """Send the due read ahead to the native lane if it is a plain one (see
+        :func:`~aiodiskqueue._core.lane.read_plan`), as the first flight or beside a
+        sync round on the I/O thread (which never touches the segment being read)."""
+        if (not self._read_due() or self._recount_wanted or self.purge_waiters
+                or self.state is Lifecycle.CLOSING):
+            return None
+        job = Job(read_from=self.read_at,
+                  read_budget=self.opts.read_buffer_bytes - self.ready_bytes)
+        plan = _lane.read_plan(self, job)
+        return None if plan is None else self._dispatch_read(job, *plan)
+
+    def _dispatch_read(self, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
+        assert self.lane is not None and job.read_from is not None
+        fut, buf = self.lane.submit_read(fd, pos, nbytes)
+        # Lane writes chained behind this read append where the store stands now.
+        self._lane_end = self.write_at[1]
+        self.refill_at = -1
+        return _Flight(job, fut, self.epoch, [], [],
+                       read=_LaneRead(job.read_from[0], pos, nbytes, buf))
+
+    def refill(self) -> None:
+        """The consumer took the read-ahead down to its low-water mark while unread data
+        waits on disk: send the next read now if nothing is in flight (the consumer
+        goes on taking what is ready meanwhile), else wake the ioLoop for it."""
+        self.refill_at = -1
+        flights = self._flights
+        if (((self._parked and not flights) or (len(flights) == 1 and _sync_only(flights[0])))
+                and not self.purge_waiters and self._kick_error is None
+                and self.state is Lifecycle.OPEN):
+            try:
+                flight = self._next_flight()
+            except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the get
+                self._kick_error = exc
+                wake(self.put_req)
+                return
+            if flight is not None:
+                self._flights.append(flight)
+                wake(self.put_req)
+                return
+        wake(self.read_slot)
+
     def _complete(self, flight: _Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised, after
         failing the flight's waiters with a DiskQueueError)."""
         try:
             if flight is self._beside:
                 res = _inline.settle(self, flight)
+            elif flight.read is not None:
+                res = _lane.read_result(self, flight)
             elif flight.lane is None:
                 res = flight.fut.result()
             else:
@@ -488,6 +571,8 @@ class Engine(ErrorPaths):
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
         elif job.read_from is not None and not stale and res.read_to is not None:
+            if flight.read is None:
+                self._read_on_thread = False  # the I/O thread has met what stopped the lane
             recs = res.records
             if recs:
                 self.ready.extend(recs)
@@ -522,6 +607,10 @@ class Engine(ErrorPaths):
         if self.ready and self.getters:
             for _ in range(min(len(self.ready), len(self.getters))):
                 wake(self.getters.popleft())
+        # The consumer sends the next read itself at the low-water mark (see refill):
+        # it takes ready messages without yielding, so the ioLoop would not see it.
+        self.refill_at = (self.low_water if self.read_at < self.write_at
+                          and self.corruption is None else -1)
 
     async def _idle(self) -> None:
         loop = self.loop
@@ -550,7 +639,6 @@ class Engine(ErrorPaths):
                 self._timer_handle = loop.call_later(delay, wake, self.timer)
             waits.append(self.timer)
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        self.refill_at = -1
 
     async def _purge(self) -> None:
         assert self.io is not None

@@ -11,7 +11,19 @@ it appends that stay inside the current segment and keeps everything else on the
 I/O thread; the two never run at the same time. A small batch sent while nothing is in
 flight is written by the loop's own thread instead (``write_now``, see ``inline.py``).
 
-Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write through the I/O thread only.
+The same thread reads ahead for the consumer (:func:`read_plan`, :func:`read_result`):
+a pread into a buffer, split into records on the loop in C when it is done. A
+Python I/O thread would need the GIL to start each read and again to finish it,
+and a consumer taking ready messages holds the GIL without a break: measured here,
+such a thread waited 5 ms (the interpreter's switch interval) or more for it each
+time, longer than the consumer takes to empty half of the read-ahead. The native
+thread needs no GIL, so the next read is done before the consumer gets to it.
+Only plain reads go there (a segment already open for reading, up to its known
+end); anything unusual (a bad length, a torn record, a short read, a record
+larger than the read) sends the next read to the I/O thread, which handles it
+exactly as before.
+
+Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write and read through the I/O thread only.
 """
 
 from __future__ import annotations
@@ -21,12 +33,13 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .._format.codec import HEADER_SIZE, index
+from .._format.codec import HEADER_SIZE, index, parse
 from .iothread import Hop
 from .store import JobResult
 
 if TYPE_CHECKING:
     from .engine import Engine, _Flight
+    from .store import Job
 
 try:
     from . import _writer
@@ -65,6 +78,15 @@ class WriteLane:
         self._w.submit_records(fd, payloads, offset, sync)
         self._futs.append(fut)
         return fut
+
+    def submit_read(self, fd: int, offset: int, nbytes: int) -> tuple[Hop[LaneResult], bytes]:
+        """Read ``nbytes`` at ``offset`` of ``fd`` after the jobs submitted before: the
+        future (bytes read, errno, 0) and the buffer, which holds the data once the
+        future is done (not before: do not look at it until then)."""
+        fut: Hop[LaneResult] = Hop(loop=self._loop)
+        buf = self._w.submit_read(fd, offset, nbytes)
+        self._futs.append(fut)
+        return fut, buf
 
     def write_now(self, fd: int, payloads: list[bytes], offset: int) -> LaneResult:
         """Write ``payloads`` as records at ``offset`` of ``fd`` now, on the calling
@@ -127,4 +149,43 @@ def lane_result(e: Engine, flight: _Flight, outcome: LaneResult | None = None) -
             res.handoff_bytes = lw.total - HEADER_SIZE * len(lens)
     res.write_at = (st.write_file, st.write_pos)
     res.bytes_on_disk = st.bytes_on_disk
+    return res
+
+
+def read_plan(e: Engine, job: Job) -> tuple[int, int, int] | None:
+    """``(fd, offset, nbytes)`` if ``job`` is a plain read the lane may do instead of
+    the I/O thread; else None. Called while no hop but a sync round is in flight."""
+    if (job.read_from is None or job.payloads is not None or job.sync or job.reset_writer
+            or job.recount_from is not None or e.lane is None or e._lane_error is not None
+            or e._read_on_thread):
+        return None
+    span = e.store.lane_read_from(*job.read_from)
+    if span is None:
+        return None
+    fd, stop = span
+    pos = job.read_from[1]
+    return fd, pos, min(stop - pos, job.read_budget)
+
+
+def read_result(e: Engine, flight: _Flight) -> JobResult:
+    """Split the finished lane read of ``flight`` into records: the JobResult the I/O
+    thread's read would give for them. Anything unusual is left to the I/O thread: the
+    next read goes there and meets it as before."""
+    lr = flight.read
+    assert lr is not None
+    nread, err, _ = flight.fut.result()
+    st = e.store
+    res = JobResult(write_at=(st.write_file, st.write_pos), bytes_on_disk=st.bytes_on_disk)
+    if err:
+        e._read_on_thread = True
+        res.read_error = OSError(err, os.strerror(err))
+        return res
+    buf = lr.buf if nread == lr.nbytes else lr.buf[:nread]
+    lr.buf = b""
+    p = parse(buf, lr.pos, lr.file_num, e.min_size, e.max_size)
+    if p.bad_length is not None or not p.records or nread < lr.nbytes:
+        e._read_on_thread = True
+    res.records = p.records
+    res.records_bytes = p.stop - lr.pos - HEADER_SIZE * len(p.records)
+    res.read_to = (lr.file_num, p.stop)
     return res
