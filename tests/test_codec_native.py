@@ -104,6 +104,7 @@ def test_parse_uses_the_installed_splitter() -> None:
 
 
 def test_read_job_fills_the_buffer(tmp_path: pytest.TempPathFactory) -> None:
+    import errno
     import os
     import select
 
@@ -113,15 +114,22 @@ def test_read_job_fills_the_buffer(tmp_path: pytest.TempPathFactory) -> None:
     fd = os.open(path, os.O_RDONLY)
     w = _writer.Writer(0)
     try:
-        buf = w.submit_read(fd, 10, 100)
-        tail = w.submit_read(fd, 10_000, 500)  # past the end: only 240 bytes are there
+        buf, tail = bytearray(100), bytearray(600)
+        w.submit_read(fd, buf, 10, 100)
+        w.submit_read(fd, tail, 10_000, 500)  # past the end: only 240 bytes are there
+        with pytest.raises(BufferError):
+            tail.extend(b"x")  # the job holds the buffer: it cannot move while in flight
+        w.submit_read(-1, bytearray(4), 0, 4)  # a bad descriptor: EBADF
         got: list[tuple[int, int, int]] = []
-        while len(got) < 2:
+        while len(got) < 3:
             select.select([w.fileno()], [], [], 5)
             got.extend(w.reap())
-        assert got == [(100, 0, 0), (240, 0, 0)]
+        assert got == [(100, 0, 0), (240, 0, 0), (0, errno.EBADF, 0)]
         assert buf == (bytes(range(256)) * 40)[10:110]
         assert tail[:240] == (bytes(range(256)) * 40)[10_000:]
+        tail.extend(b"x")  # reaped: released
+        with pytest.raises(ValueError, match="nbytes"):
+            w.submit_read(fd, bytearray(10), 0, 11)
     finally:
         w.close()
         os.close(fd)

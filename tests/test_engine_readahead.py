@@ -27,9 +27,9 @@ def lane_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = _lane.WriteLane.submit_read
 
-    def spy(self: _lane.WriteLane, fd: int, offset: int, nbytes: int) -> Any:
+    def spy(self: _lane.WriteLane, fd: int, buf: bytearray, offset: int, nbytes: int) -> Any:
         calls.append(nbytes)
-        return real(self, fd, offset, nbytes)
+        return real(self, fd, buf, offset, nbytes)
 
     monkeypatch.setattr(_lane.WriteLane, "submit_read", spy)
     return calls

@@ -39,13 +39,14 @@
 typedef struct {
     int fd;
     int sync;
-    int read;            /* a read job: pread `total` bytes at `offset` into `keep` (bytes) */
+    int read;            /* a read job: pread `total` bytes at `offset` into `rview` */
+    Py_buffer rview;     /* a read job: the caller's writable buffer, held until reaped */
     long long offset;
     long long total;     /* bytes to write */
     struct iovec *iov;   /* owned: a header and a payload per record */
     int iovcnt;
     char *hdr;           /* owned record headers */
-    PyObject *keep;      /* a tuple holding the payloads; a read job: its bytes buffer */
+    PyObject *keep;      /* a tuple holding the payloads */
     long long written;
     int write_errno;
     int sync_errno;
@@ -118,13 +119,13 @@ wait_for_work(Writer *w, unsigned long long done)
     }
 }
 
-/* A read job: pread into the bytes object the event loop allocated and keeps a
- * reference to (it looks at it only once the job is reaped). Stops early at the end
- * of the file: `written` is then the bytes read. */
+/* A read job: pread into the caller's buffer (exported to this job, so it cannot be
+ * resized, and looked at by the caller only once the job is reaped). Stops early at
+ * the end of the file: `written` is then the bytes read. */
 static void
 run_read(job_t *j)
 {
-    char *dst = PyBytes_AS_STRING(j->keep);
+    char *dst = j->rview.buf;
     long long n = 0;
     j->write_errno = 0;
     j->sync_errno = 0;
@@ -193,6 +194,10 @@ run_job(job_t *j)
 static void
 job_release(job_t *j)
 {
+    if (j->read) {
+        PyBuffer_Release(&j->rview);
+        j->read = 0;
+    }
     Py_CLEAR(j->keep);
     PyMem_RawFree(j->iov);
     j->iov = NULL;
@@ -362,38 +367,40 @@ Writer_submit_records(Writer *w, PyObject *args)
     return PyLong_FromLongLong(total);
 }
 
-/* Queue a read of `nbytes` at `offset` of `fd` into a new bytes object, returned at
- * once: the caller must not look at it until the job is reaped. */
+/* Queue a read of `nbytes` at `offset` of `fd` into the writable buffer `buf` (a
+ * bytearray the caller reuses: no allocation, no page faults per read). The caller
+ * must not look at it until the job is reaped. */
 static PyObject *
 Writer_submit_read(Writer *w, PyObject *args)
 {
     int fd;
+    Py_buffer view;
     long long offset, nbytes;
-    if (!PyArg_ParseTuple(args, "iLL", &fd, &offset, &nbytes))
+    if (!PyArg_ParseTuple(args, "iw*LL", &fd, &view, &offset, &nbytes))
         return NULL;
-    if (nbytes <= 0 || nbytes > PY_SSIZE_T_MAX || offset < 0) {
-        PyErr_Format(PyExc_ValueError, "a read needs nbytes > 0 and offset >= 0, got %lld at %lld",
-                     nbytes, offset);
+    if (nbytes <= 0 || nbytes > view.len || offset < 0) {
+        PyErr_Format(PyExc_ValueError, "a read needs 0 < nbytes <= %zd and offset >= 0, "
+                     "got %lld at %lld", view.len, nbytes, offset);
+        PyBuffer_Release(&view);
         return NULL;
     }
     job_t *j = next_slot(w);
-    if (j == NULL)
+    if (j == NULL) {
+        PyBuffer_Release(&view);
         return NULL;
-    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)nbytes);
-    if (buf == NULL)
-        return NULL;
-    Py_INCREF(buf);
-    j->keep = buf;
+    }
+    j->rview = view;
+    j->read = 1;
+    j->keep = NULL;
     j->iov = NULL;
     j->hdr = NULL;
     j->iovcnt = 0;
-    j->read = 1;
     j->fd = fd;
     j->offset = offset;
     j->total = nbytes;
     j->sync = 0;
     publish(w);
-    return buf;
+    Py_RETURN_NONE;
 }
 
 /* Write a batch now, on the calling thread (the event loop), without the GIL while
@@ -525,8 +532,8 @@ static PyMethodDef Writer_methods[] = {
      "submit_records(fd, payloads, offset, sync) -> bytes to write: queue the records\n"
      "(4-byte big-endian length + payload each) as pwritev calls, no copy."},
     {"submit_read", (PyCFunction)Writer_submit_read, METH_VARARGS,
-     "submit_read(fd, offset, nbytes) -> bytes: queue a pread of nbytes at offset into the\n"
-     "returned buffer, which is filled once the job is reaped (reap() gives the bytes read)."},
+     "submit_read(fd, buf, offset, nbytes) -> None: queue a pread of nbytes at offset into\n"
+     "the writable buffer buf, filled once the job is reaped (reap() gives the bytes read)."},
     {"write_records", (PyCFunction)Writer_write_records, METH_VARARGS,
      "write_records(fd, payloads, offset) -> (written, write_errno, 0): write the records\n"
      "now on the calling thread (GIL released), while no job is queued."},

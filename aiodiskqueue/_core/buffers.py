@@ -299,7 +299,10 @@ class QueueBuffers:
         self.depth -= 1
         self.gets += 1
         self.since_sync += 1
-        if (self.ready_bytes <= self.refill_at or self.since_sync >= self.sync_every
+        # The sync round is asked for once, where since_sync reaches sync_every: the
+        # ioLoop checks since_sync itself whenever it runs, and a consumer taking ready
+        # messages does not let it run until the buffer is empty.
+        if (self.ready_bytes <= self.refill_at or self.since_sync == self.sync_every
                 or self.putters or self.state is not _OPEN):
             self._after_take()
         return payload

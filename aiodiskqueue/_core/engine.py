@@ -76,7 +76,7 @@ class _LaneRead:
     file_num: int
     pos: int
     nbytes: int
-    buf: bytes  # filled by the native thread; look at it only once the flight is done
+    buf: bytearray  # filled by the native thread; look at it only once the flight is done
 
 
 def _sync_only(flight: _Flight) -> bool:
@@ -116,6 +116,7 @@ class Engine(ErrorPaths):
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
         self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
         self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
+        self._read_buf: bytearray | None = None  # what lane reads read into
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -351,7 +352,12 @@ class Engine(ErrorPaths):
 
     def _dispatch_read(self, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
         assert self.lane is not None and job.read_from is not None
-        fut, buf = self.lane.submit_read(fd, pos, nbytes)
+        buf = self._read_buf
+        if buf is None:
+            # One buffer for every lane read: one read is in flight at a time, and its
+            # records are split out of it before the next is sent.
+            buf = self._read_buf = bytearray(self.opts.read_buffer_bytes)
+        fut = self.lane.submit_read(fd, buf, pos, nbytes)
         # Lane writes chained behind this read append where the store stands now.
         self._lane_end = self.write_at[1]
         self.refill_at = -1

@@ -79,14 +79,15 @@ class WriteLane:
         self._futs.append(fut)
         return fut
 
-    def submit_read(self, fd: int, offset: int, nbytes: int) -> tuple[Hop[LaneResult], bytes]:
-        """Read ``nbytes`` at ``offset`` of ``fd`` after the jobs submitted before: the
-        future (bytes read, errno, 0) and the buffer, which holds the data once the
-        future is done (not before: do not look at it until then)."""
+    def submit_read(self, fd: int, buf: bytearray, offset: int, nbytes: int
+                    ) -> Hop[LaneResult]:
+        """Read ``nbytes`` at ``offset`` of ``fd`` into ``buf`` after the jobs submitted
+        before; the future gives (bytes read, errno, 0). Do not look at ``buf`` before
+        the future is done."""
         fut: Hop[LaneResult] = Hop(loop=self._loop)
-        buf = self._w.submit_read(fd, offset, nbytes)
+        self._w.submit_read(fd, buf, offset, nbytes)
         self._futs.append(fut)
-        return fut, buf
+        return fut
 
     def write_now(self, fd: int, payloads: list[bytes], offset: int) -> LaneResult:
         """Write ``payloads`` as records at ``offset`` of ``fd`` now, on the calling
@@ -180,9 +181,8 @@ def read_result(e: Engine, flight: _Flight) -> JobResult:
         e._read_on_thread = True
         res.read_error = OSError(err, os.strerror(err))
         return res
-    buf = lr.buf if nread == lr.nbytes else lr.buf[:nread]
-    lr.buf = b""
-    p = parse(buf, lr.pos, lr.file_num, e.min_size, e.max_size)
+    # Split straight out of the reused buffer: the records are new bytes objects.
+    p = parse(memoryview(lr.buf)[:nread], lr.pos, lr.file_num, e.min_size, e.max_size)
     if p.bad_length is not None or not p.records or nread < lr.nbytes:
         e._read_on_thread = True
     res.records = p.records

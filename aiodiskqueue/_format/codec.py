@@ -59,7 +59,7 @@ class ParseResult:
 
 #: ``split(buf, base, file_num, min_size, max_size, max_records) -> (records, stop,
 #: bad_length)``: a faster implementation of :func:`parse_py`'s rule.
-Splitter = Callable[[bytes, int, int, int, int, int],
+Splitter = Callable[[bytes | memoryview, int, int, int, int, int],
                     tuple[list[tuple[bytes, int, int]], int, int | None]]
 
 _split: Splitter | None = None
@@ -77,7 +77,8 @@ def use_splitter(split: Splitter | None) -> None:
 
 
 def parse(
-    buf: bytes, base: int, file_num: int, min_size: int, max_size: int, max_records: int = -1
+    buf: bytes | memoryview, base: int, file_num: int, min_size: int, max_size: int,
+    max_records: int = -1
 ) -> ParseResult:
     """Parse whole records from ``buf``, which starts at file offset ``base``.
 
@@ -95,10 +96,13 @@ def parse(
 
 
 def parse_py(
-    buf: bytes, base: int, file_num: int, min_size: int, max_size: int, max_records: int = -1
+    buf: bytes | memoryview, base: int, file_num: int, min_size: int, max_size: int,
+    max_records: int = -1
 ) -> ParseResult:
     """:func:`parse` in Python: the rule, and what runs where the native module is not
     built or ``AIODISKQUEUE_PURE_PYTHON=1``."""
+    if type(buf) is not bytes:
+        buf = bytes(buf)  # payloads are bytes, never views of a buffer reused later
     records: list[tuple[bytes, int, int]] = []
     append = records.append
     unpack = _unpack_from
