@@ -3,6 +3,7 @@ a segment (met by a lane read) ends exactly as on the Python I/O thread."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from pathlib import Path
 from typing import Any
@@ -106,3 +107,31 @@ async def test_damage_met_by_a_lane_read_ends_as_on_the_io_thread(
         # Segment 0 is quarantined at record 70; segments 1 and 2 are read in full.
         assert got[70:] == [payload(i) for i in range(PER_FILE, 2 * PER_FILE + 5)]
         assert bad == 1
+
+
+async def test_reads_go_beside_sync_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+    from aiodiskqueue._core import engine as _engine
+
+    beside: list[int] = []
+    real = _engine.Engine._dispatch_read
+
+    def spy(self: _engine.Engine, *args: Any) -> Any:
+        beside.append(len(self._flights))  # 1: a sync round is in flight
+        return real(self, *args)
+
+    monkeypatch.setattr(_engine.Engine, "_dispatch_read", spy)
+    await fill(tmp_path, 3 * PER_FILE)
+    got: list[bytes] = []
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=8192,
+                         sync_every=20) as q:
+        for _ in range(3 * PER_FILE):
+            got.append(await q.get())
+            if len(got) % 7 == 0:
+                await asyncio.sleep(0)  # let the ioLoop start sync rounds meanwhile
+        syncs = q.statistics().syncs
+    assert got == [payload(i) for i in range(3 * PER_FILE)]
+    assert syncs >= 3 * PER_FILE // 20 - 2
+    assert 1 in beside, beside
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000) as q:
+        assert q.qsize() == 0  # the last meta stored the consumer's final position

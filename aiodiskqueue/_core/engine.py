@@ -250,19 +250,26 @@ class Engine(ErrorPaths):
             return None
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
-        if not flights or (len(flights) == 1 and _sync_only(flights[0])):
+        # A due sync round goes first and the lane read beside it (the next call): a
+        # read sent first would leave the round waiting as long as reads are due.
+        sync_first = not flights and self._sync_wanted() and self._lane_read_job() is not None
+        if not sync_first and (not flights or (len(flights) == 1 and _sync_only(flights[0]))):
             flight = self._lane_read()
             if flight is not None:
                 return flight
+        elif flights and not flights[0].on_lane and flights[-1].read is not None:
+            # A read beside a sync round: nothing more until it is done, so that writes
+            # still never run on the lane and the I/O thread at once.
+            return None
         if flights and flights[-1].on_lane:
             if (self._full_hop_due()
                     or not self._lane_fits(self._lane_end, size, self.sync_every == 1)):
                 return None
             job = self._build_job(pipelined=True)
             return None if job is None else self._dispatch_lane(job, self._lane_end, size)
-        job = self._build_job(pipelined=bool(flights))
+        job = self._build_job(pipelined=bool(flights), read=not sync_first)
         if job is None:
-            return None
+            return self._lane_read() if sync_first else None
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
             return self._dispatch_lane(job, self.write_at[1], size)
@@ -338,17 +345,32 @@ class Engine(ErrorPaths):
         self._sync_batch = []
         return flight
 
-    def _lane_read(self) -> _Flight | None:
-        """Send the due read ahead to the native lane if it is a plain one (see
-        :func:`~aiodiskqueue._core.lane.read_plan`), as the first flight or beside a
-        sync round on the I/O thread (which never touches the segment being read)."""
+    def _lane_read_job(self) -> tuple[Job, tuple[int, int, int]] | None:
+        """The due read ahead and its plan, if it is a plain one the native lane may do
+        (see :func:`~aiodiskqueue._core.lane.read_plan`)."""
         if (not self._read_due() or self._recount_wanted or self.purge_waiters
                 or self.state is Lifecycle.CLOSING):
+            return None
+        if self._flights and self.since_sync >= self.sync_every:
+            # Beside a sync round only until the next one is due: the consumer takes no
+            # more than sync_every messages plus the read-ahead between two stored metas,
+            # as when the read waited for the round.
             return None
         job = Job(read_from=self.read_at,
                   read_budget=self.opts.read_buffer_bytes - self.ready_bytes)
         plan = _lane.read_plan(self, job)
-        return None if plan is None else self._dispatch_read(job, *plan)
+        return None if plan is None else (job, plan)
+
+    def _lane_read(self) -> _Flight | None:
+        """Send the due read ahead to the native lane if it is a plain one, as the first
+        flight or beside a sync round on the I/O thread (which never touches the segment
+        being read)."""
+        found = self._lane_read_job()
+        return None if found is None else self._dispatch_read(found[0], *found[1])
+
+    def _sync_wanted(self) -> bool:
+        """Is a sync round (or the meta) due now?"""
+        return bool(self.sync_waiters) or self._force_meta or self._sync_round_due()
 
     def _dispatch_read(self, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
         assert self.lane is not None and job.read_from is not None
@@ -449,7 +471,7 @@ class Engine(ErrorPaths):
         self.wake_all_getters()
         self.wake_all_putters()
 
-    def _build_job(self, pipelined: bool) -> Job | None:
+    def _build_job(self, pipelined: bool, read: bool = True) -> Job | None:
         """The next hop's work; None if there is nothing to do.
 
         A pipelined job is sent while another hop is in flight: it only writes
@@ -498,7 +520,7 @@ class Engine(ErrorPaths):
             self._sync_due_at = loop.time() + self.opts.sync_interval
         else:
             self._sync_batch = []
-        if (self.read_at < self.write_at and self.ready_bytes <= self.low_water
+        if (read and self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and not closing and self.corruption is None):
             job.read_from = self.read_at
             job.read_budget = self.opts.read_buffer_bytes - self.ready_bytes
