@@ -111,16 +111,14 @@ async def test_damage_met_by_a_lane_read_ends_as_on_the_io_thread(
 
 async def test_reads_go_beside_sync_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
-    from aiodiskqueue._core import engine as _engine
-
     beside: list[int] = []
-    real = _engine.Engine._dispatch_read
+    real = _lane.dispatch_read
 
-    def spy(self: _engine.Engine, *args: Any) -> Any:
-        beside.append(len(self._flights))  # 1: a sync round is in flight
-        return real(self, *args)
+    def spy(e: Any, *args: Any) -> Any:
+        beside.append(len(e._flights))  # 1: a sync round is in flight
+        return real(e, *args)
 
-    monkeypatch.setattr(_engine.Engine, "_dispatch_read", spy)
+    monkeypatch.setattr(_lane, "dispatch_read", spy)
     await fill(tmp_path, 3 * PER_FILE)
     got: list[bytes] = []
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=8192,

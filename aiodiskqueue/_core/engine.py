@@ -52,7 +52,7 @@ class _Flight:
     waiters: list[asyncio.Future[None]]
     sync_waiters: list[asyncio.Future[None]]
     lane: _LaneWrite | None = None
-    read: _LaneRead | None = None
+    read: _lane.LaneRead | None = None
 
     @property
     def on_lane(self) -> bool:
@@ -67,23 +67,6 @@ class _LaneWrite:
     file_num: int
     pos: int
     total: int  # bytes, headers included
-
-
-@dataclass(slots=True)
-class _LaneRead:
-    """What a lane read flight reads: ``nbytes`` at ``pos`` of segment ``file_num``."""
-
-    file_num: int
-    pos: int
-    nbytes: int
-    buf: bytearray  # filled by the native thread; look at it only once the flight is done
-
-
-def _sync_only(flight: _Flight) -> bool:
-    """Is ``flight`` a sync round on the I/O thread that writes and reads nothing?"""
-    job = flight.job
-    return (not flight.on_lane and job.payloads is None and job.read_from is None
-            and job.recount_from is None and not job.reset_writer)
 
 
 class Engine(ErrorPaths):
@@ -202,19 +185,7 @@ class Engine(ErrorPaths):
                 if flights:
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
-                    if len(flights) > 1 and flights[1].read is not None:
-                        # A lane read beside a sync round: whichever is done first is
-                        # applied first, so the consumer never waits for the round.
-                        await asyncio.wait([flights[0].fut, flights[1].fut],
-                                           return_when=asyncio.FIRST_COMPLETED)
-                        if not flights[0].fut.done():
-                            beside = flights[1]
-                            del flights[1]
-                            self._complete(beside)
-                            busy = True
-                            continue
-                    await flights[0].fut
-                    self._complete(flights.popleft())
+                    self._complete(await _lane.next_done(flights))
                     busy = True
                     continue
                 if self.state is Lifecycle.CLOSING:
@@ -250,17 +221,9 @@ class Engine(ErrorPaths):
             return None
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
-        # A due sync round goes first and the lane read beside it (the next call): a
-        # read sent first would leave the round waiting as long as reads are due.
-        sync_first = not flights and self._sync_wanted() and self._lane_read_job() is not None
-        if not sync_first and (not flights or (len(flights) == 1 and _sync_only(flights[0]))):
-            flight = self._lane_read()
-            if flight is not None:
-                return flight
-        elif flights and not flights[0].on_lane and flights[-1].read is not None:
-            # A read beside a sync round: nothing more until it is done, so that writes
-            # still never run on the lane and the I/O thread at once.
-            return None
+        flight, hold, sync_first = _lane.read_first(self)
+        if flight is not None or hold:
+            return flight
         if flights and flights[-1].on_lane:
             if (self._full_hop_due()
                     or not self._lane_fits(self._lane_end, size, self.sync_every == 1)):
@@ -269,7 +232,7 @@ class Engine(ErrorPaths):
             return None if job is None else self._dispatch_lane(job, self._lane_end, size)
         job = self._build_job(pipelined=bool(flights), read=not sync_first)
         if job is None:
-            return self._lane_read() if sync_first else None
+            return _lane.lane_read(self) if sync_first else None
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
             return self._dispatch_lane(job, self.write_at[1], size)
@@ -345,67 +308,9 @@ class Engine(ErrorPaths):
         self._sync_batch = []
         return flight
 
-    def _lane_read_job(self) -> tuple[Job, tuple[int, int, int]] | None:
-        """The due read ahead and its plan, if it is a plain one the native lane may do
-        (see :func:`~aiodiskqueue._core.lane.read_plan`)."""
-        if (not self._read_due() or self._recount_wanted or self.purge_waiters
-                or self.state is Lifecycle.CLOSING):
-            return None
-        if self._flights and self.since_sync >= self.sync_every:
-            # Beside a sync round only until the next one is due: the consumer takes no
-            # more than sync_every messages plus the read-ahead between two stored metas,
-            # as when the read waited for the round.
-            return None
-        job = Job(read_from=self.read_at,
-                  read_budget=self.opts.read_buffer_bytes - self.ready_bytes)
-        plan = _lane.read_plan(self, job)
-        return None if plan is None else (job, plan)
-
-    def _lane_read(self) -> _Flight | None:
-        """Send the due read ahead to the native lane if it is a plain one, as the first
-        flight or beside a sync round on the I/O thread (which never touches the segment
-        being read)."""
-        found = self._lane_read_job()
-        return None if found is None else self._dispatch_read(found[0], *found[1])
-
-    def _sync_wanted(self) -> bool:
-        """Is a sync round (or the meta) due now?"""
-        return bool(self.sync_waiters) or self._force_meta or self._sync_round_due()
-
-    def _dispatch_read(self, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
-        assert self.lane is not None and job.read_from is not None
-        buf = self._read_buf
-        if buf is None:
-            # One buffer for every lane read: one read is in flight at a time, and its
-            # records are split out of it before the next is sent.
-            buf = self._read_buf = bytearray(self.opts.read_buffer_bytes)
-        fut = self.lane.submit_read(fd, buf, pos, nbytes)
-        # Lane writes chained behind this read append where the store stands now.
-        self._lane_end = self.write_at[1]
-        self.refill_at = -1
-        return _Flight(job, fut, self.epoch, [], [],
-                       read=_LaneRead(job.read_from[0], pos, nbytes, buf))
-
     def refill(self) -> None:
-        """The consumer took the read-ahead down to its low-water mark while unread data
-        waits on disk: send the next read now if nothing is in flight (the consumer
-        goes on taking what is ready meanwhile), else wake the ioLoop for it."""
-        self.refill_at = -1
-        flights = self._flights
-        if (((self._parked and not flights) or (len(flights) == 1 and _sync_only(flights[0])))
-                and not self.purge_waiters and self._kick_error is None
-                and self.state is Lifecycle.OPEN):
-            try:
-                flight = self._next_flight()
-            except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the get
-                self._kick_error = exc
-                wake(self.put_req)
-                return
-            if flight is not None:
-                self._flights.append(flight)
-                wake(self.put_req)
-                return
-        wake(self.read_slot)
+        """The read-ahead is at its low-water mark: see :func:`.lane.refill`."""
+        _lane.refill(self)
 
     def _complete(self, flight: _Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised, after
@@ -599,8 +504,7 @@ class Engine(ErrorPaths):
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
         elif job.read_from is not None and not stale and res.read_to is not None:
-            if flight.read is None:
-                self._read_on_thread = False  # the I/O thread has met what stopped the lane
+            self._read_on_thread &= flight.read is not None  # the I/O thread has read
             recs = res.records
             if recs:
                 self.ready.extend(recs)
@@ -635,8 +539,7 @@ class Engine(ErrorPaths):
         if self.ready and self.getters:
             for _ in range(min(len(self.ready), len(self.getters))):
                 wake(self.getters.popleft())
-        # The consumer sends the next read itself at the low-water mark (see refill):
-        # it takes ready messages without yielding, so the ioLoop would not see it.
+        # The consumer sends the next read itself at the low-water mark (see refill).
         self.refill_at = (self.low_water if self.read_at < self.write_at
                           and self.corruption is None else -1)
 

@@ -31,15 +31,16 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._format.codec import HEADER_SIZE, index, parse
+from .buffers import Lifecycle, wake
 from .iothread import Hop
-from .store import JobResult
+from .store import Job, JobResult
 
 if TYPE_CHECKING:
     from .engine import Engine, _Flight
-    from .store import Job
 
 try:
     from . import _writer
@@ -49,6 +50,16 @@ except ImportError:  # pragma: no cover - built wherever a C compiler is present
 
 #: (bytes written, errno of the write or 0, errno of the fdatasync or 0)
 LaneResult = tuple[int, int, int]
+
+
+@dataclass(slots=True)
+class LaneRead:
+    """What a lane read flight reads: ``nbytes`` at ``pos`` of segment ``file_num``."""
+
+    file_num: int
+    pos: int
+    nbytes: int
+    buf: bytearray  # filled by the native thread; look at it only once the flight is done
 
 
 def available() -> bool:
@@ -189,3 +200,109 @@ def read_result(e: Engine, flight: _Flight) -> JobResult:
     res.records_bytes = p.stop - lr.pos - HEADER_SIZE * len(p.records)
     res.read_to = (lr.file_num, p.stop)
     return res
+
+
+def sync_only(flight: _Flight) -> bool:
+    """Is ``flight`` a sync round on the I/O thread that writes and reads nothing?"""
+    job = flight.job
+    return (not flight.on_lane and job.payloads is None and job.read_from is None
+            and job.recount_from is None and not job.reset_writer)
+
+
+def sync_wanted(e: Engine) -> bool:
+    """Is a sync round (or the meta) due now?"""
+    return bool(e.sync_waiters) or e._force_meta or e._sync_round_due()
+
+
+def lane_read_job(e: Engine) -> tuple[Job, tuple[int, int, int]] | None:
+    """The due read ahead and its plan, if it is a plain one the lane may do."""
+    if (not e._read_due() or e._recount_wanted or e.purge_waiters
+            or e.state is Lifecycle.CLOSING):
+        return None
+    if e._flights and e.since_sync >= e.sync_every:
+        # Beside a sync round only until the next one is due: the consumer takes no
+        # more than sync_every messages plus the read-ahead between two stored metas,
+        # as when the read waited for the round.
+        return None
+    job = Job(read_from=e.read_at, read_budget=e.opts.read_buffer_bytes - e.ready_bytes)
+    plan = read_plan(e, job)
+    return None if plan is None else (job, plan)
+
+
+def lane_read(e: Engine) -> _Flight | None:
+    """Send the due read ahead to the lane if it is a plain one, as the first flight or
+    beside a sync round on the I/O thread (which never touches the segment being read)."""
+    found = lane_read_job(e)
+    return None if found is None else dispatch_read(e, found[0], *found[1])
+
+
+def dispatch_read(e: Engine, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
+    """Send ``job``'s read of ``nbytes`` at ``pos`` of ``fd`` to the lane."""
+    from .engine import _Flight
+
+    assert e.lane is not None and job.read_from is not None
+    buf = e._read_buf
+    if buf is None:
+        # One buffer for every lane read: one read is in flight at a time, and its
+        # records are split out of it before the next is sent.
+        buf = e._read_buf = bytearray(e.opts.read_buffer_bytes)
+    fut = e.lane.submit_read(fd, buf, pos, nbytes)
+    # Lane writes chained behind this read append where the store stands now.
+    e._lane_end = e.write_at[1]
+    e.refill_at = -1
+    return _Flight(job, fut, e.epoch, [], [], read=LaneRead(job.read_from[0], pos, nbytes, buf))
+
+
+def refill(e: Engine) -> None:
+    """The consumer took the read-ahead down to its low-water mark while unread data
+    waits on disk: send the next read now if nothing but a sync round is in flight (the
+    consumer goes on taking what is ready meanwhile), else wake the ioLoop for it."""
+    e.refill_at = -1
+    flights = e._flights
+    if (((e._parked and not flights) or (len(flights) == 1 and sync_only(flights[0])))
+            and not e.purge_waiters and e._kick_error is None
+            and e.state is Lifecycle.OPEN):
+        try:
+            flight = e._next_flight()
+        except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the get
+            e._kick_error = exc
+            wake(e.put_req)
+            return
+        if flight is not None:
+            flights.append(flight)
+            wake(e.put_req)
+            return
+    wake(e.read_slot)
+
+
+def read_first(e: Engine) -> tuple[_Flight | None, bool, bool]:
+    """Before the next job is built: ``(a lane read sent now or None, hold, sync_first)``.
+
+    ``hold``: send nothing now (a read runs beside a sync round: writes still never run
+    on the lane and the I/O thread at once). ``sync_first``: a due sync round goes first
+    and the read beside it (the next call), so build the job without the read; a read
+    sent first would leave the round waiting as long as reads are due.
+    """
+    flights = e._flights
+    sync_first = not flights and sync_wanted(e) and lane_read_job(e) is not None
+    if not sync_first and (not flights or (len(flights) == 1 and sync_only(flights[0]))):
+        return lane_read(e), False, False
+    if flights and not flights[0].on_lane and flights[-1].read is not None:
+        return None, True, False
+    return None, False, sync_first
+
+
+async def next_done(flights: deque[_Flight]) -> _Flight:
+    """Wait for the next flight to apply and remove it from ``flights``: the oldest, or a
+    lane read beside a sync round that is done first (so the consumer never waits for
+    the round). Cancelling the wait leaves ``flights`` unchanged (a Hop runs to its end;
+    the engine's close applies it)."""
+    if len(flights) > 1 and flights[1].read is not None:
+        await asyncio.wait([flights[0].fut, flights[1].fut],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not flights[0].fut.done():
+            beside = flights[1]
+            del flights[1]
+            return beside
+    await flights[0].fut
+    return flights.popleft()
