@@ -11,6 +11,12 @@
  * completions. The Python side (aiodiskqueue._lane) decides what goes here: only
  * appends inside the current segment; everything else stays on the Python I/O
  * thread, and the two never run at the same time.
+ *
+ * The same thread also reads ahead for the consumer (submit_read): a pread into a
+ * bytes buffer, again without the GIL, so a consumer busy in Python never holds up
+ * the next read (a Python thread needs the GIL to start and to finish each read,
+ * and waits up to the interpreter's switch interval for it each time). The module's
+ * split_records() is the C implementation of the record codec's parse().
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +39,8 @@
 typedef struct {
     int fd;
     int sync;
+    int read;            /* a read job: pread `total` bytes at `offset` into `rview` */
+    Py_buffer rview;     /* a read job: the caller's writable buffer, held until reaped */
     long long offset;
     long long total;     /* bytes to write */
     struct iovec *iov;   /* owned: a header and a payload per record */
@@ -111,9 +119,38 @@ wait_for_work(Writer *w, unsigned long long done)
     }
 }
 
+/* A read job: pread into the caller's buffer (exported to this job, so it cannot be
+ * resized, and looked at by the caller only once the job is reaped). Stops early at
+ * the end of the file: `written` is then the bytes read. */
+static void
+run_read(job_t *j)
+{
+    char *dst = j->rview.buf;
+    long long n = 0;
+    j->write_errno = 0;
+    j->sync_errno = 0;
+    while (n < j->total) {
+        ssize_t r = pread(j->fd, dst + n, (size_t)(j->total - n), (off_t)(j->offset + n));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            j->write_errno = errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        n += r;
+    }
+    j->written = n;
+}
+
 static void
 run_job(job_t *j)
 {
+    if (j->read) {
+        run_read(j);
+        return;
+    }
     struct iovec *iov = j->iov;
     int cnt = j->iovcnt;
     long long n = 0;
@@ -157,6 +194,10 @@ run_job(job_t *j)
 static void
 job_release(job_t *j)
 {
+    if (j->read) {
+        PyBuffer_Release(&j->rview);
+        j->read = 0;
+    }
     Py_CLEAR(j->keep);
     PyMem_RawFree(j->iov);
     j->iov = NULL;
@@ -297,6 +338,7 @@ frame_job(job_t *j, PyObject *seq)
         total += 4 + (long long)len;
     }
     j->keep = items;
+    j->read = 0;
     j->hdr = hdr;
     j->iov = iov;
     j->iovcnt = (int)(2 * n);
@@ -323,6 +365,42 @@ Writer_submit_records(Writer *w, PyObject *args)
     long long total = j->total;
     publish(w);
     return PyLong_FromLongLong(total);
+}
+
+/* Queue a read of `nbytes` at `offset` of `fd` into the writable buffer `buf` (a
+ * bytearray the caller reuses: no allocation, no page faults per read). The caller
+ * must not look at it until the job is reaped. */
+static PyObject *
+Writer_submit_read(Writer *w, PyObject *args)
+{
+    int fd;
+    Py_buffer view;
+    long long offset, nbytes;
+    if (!PyArg_ParseTuple(args, "iw*LL", &fd, &view, &offset, &nbytes))
+        return NULL;
+    if (nbytes <= 0 || nbytes > view.len || offset < 0) {
+        PyErr_Format(PyExc_ValueError, "a read needs 0 < nbytes <= %zd and offset >= 0, "
+                     "got %lld at %lld", view.len, nbytes, offset);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    job_t *j = next_slot(w);
+    if (j == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    j->rview = view;
+    j->read = 1;
+    j->keep = NULL;
+    j->iov = NULL;
+    j->hdr = NULL;
+    j->iovcnt = 0;
+    j->fd = fd;
+    j->offset = offset;
+    j->total = nbytes;
+    j->sync = 0;
+    publish(w);
+    Py_RETURN_NONE;
 }
 
 /* Write a batch now, on the calling thread (the event loop), without the GIL while
@@ -453,6 +531,9 @@ static PyMethodDef Writer_methods[] = {
     {"submit_records", (PyCFunction)Writer_submit_records, METH_VARARGS,
      "submit_records(fd, payloads, offset, sync) -> bytes to write: queue the records\n"
      "(4-byte big-endian length + payload each) as pwritev calls, no copy."},
+    {"submit_read", (PyCFunction)Writer_submit_read, METH_VARARGS,
+     "submit_read(fd, buf, offset, nbytes) -> None: queue a pread of nbytes at offset into\n"
+     "the writable buffer buf, filled once the job is reaped (reap() gives the bytes read)."},
     {"write_records", (PyCFunction)Writer_write_records, METH_VARARGS,
      "write_records(fd, payloads, offset) -> (written, write_errno, 0): write the records\n"
      "now on the calling thread (GIL released), while no job is queued."},
@@ -488,6 +569,95 @@ static PyTypeObject WriterType = {
  * build need not re-enable the GIL for this module. As with the rest of the
  * queue, one Writer is driven by one event loop thread at a time.
  */
+/*
+ * split_records: the fast implementation of aiodiskqueue._format.codec.parse (the
+ * codec owns the rule; tests check that both agree on any buffer). Records are a
+ * 4-byte big-endian signed length N and N payload bytes. Stops at the first record
+ * that does not fit in the buffer, at a length outside [min_size, max_size] (returned
+ * as bad_length), or after max_records records when that is not negative.
+ */
+static PyObject *
+split_records(PyObject *mod, PyObject *args)
+{
+    Py_buffer view;
+    long long base, file_num, min_size, max_size;
+    Py_ssize_t max_records = -1;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "y*LLLL|n", &view, &base, &file_num, &min_size, &max_size,
+                          &max_records))
+        return NULL;
+    if (min_size < 0) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "min_size must be >= 0, got %lld", min_size);
+        return NULL;
+    }
+    const unsigned char *p = view.buf;
+    Py_ssize_t len = view.len, off = 0, left = max_records;
+    PyObject *records = PyList_New(0), *fnum = PyLong_FromLongLong(file_num);
+    PyObject *bad = NULL;
+    if (records == NULL || fnum == NULL)
+        goto error;
+    while (off + 4 <= len && left != 0) {
+        int32_t n = (int32_t)(((uint32_t)p[off] << 24) | ((uint32_t)p[off + 1] << 16)
+                              | ((uint32_t)p[off + 2] << 8) | (uint32_t)p[off + 3]);
+        if (n < min_size || n > max_size) {
+            bad = PyLong_FromLong(n);
+            if (bad == NULL)
+                goto error;
+            break;
+        }
+        if (off + 4 + (Py_ssize_t)n > len)
+            break;
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)p + off + 4, n);
+        if (payload == NULL)
+            goto error;
+        off += 4 + (Py_ssize_t)n;
+        PyObject *end = PyLong_FromLongLong(base + off);
+        if (end == NULL) {
+            Py_DECREF(payload);
+            goto error;
+        }
+        Py_INCREF(fnum);
+        PyObject *rec = PyTuple_New(3);
+        if (rec == NULL) {
+            Py_DECREF(payload);
+            Py_DECREF(end);
+            Py_DECREF(fnum);
+            goto error;
+        }
+        PyTuple_SET_ITEM(rec, 0, payload);
+        PyTuple_SET_ITEM(rec, 1, fnum);
+        PyTuple_SET_ITEM(rec, 2, end);
+        int rc = PyList_Append(records, rec);
+        Py_DECREF(rec);
+        if (rc < 0)
+            goto error;
+        left--;
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(fnum);
+    if (bad == NULL) {
+        bad = Py_None;
+        Py_INCREF(bad);
+    }
+    return Py_BuildValue("(NLN)", records, base + (long long)off, bad);
+error:
+    PyBuffer_Release(&view);
+    Py_XDECREF(records);
+    Py_XDECREF(fnum);
+    Py_XDECREF(bad);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"split_records", split_records, METH_VARARGS,
+     "split_records(buf, base, file_num, min_size, max_size, max_records=-1)\n"
+     "-> (records, stop, bad_length): codec.parse in C; records are\n"
+     "(payload, file_num, end_offset), stop the file offset where parsing stopped,\n"
+     "bad_length the out-of-range length found there, else None."},
+    {NULL, NULL, 0, NULL},
+};
+
 static int
 writer_exec(PyObject *m)
 {
@@ -516,6 +686,7 @@ static struct PyModuleDef writer_module = {
     .m_name = "aiodiskqueue._core._writer",
     .m_doc = "The native write lane of aiodiskqueue.",
     .m_size = 0,
+    .m_methods = module_methods,
     .m_slots = writer_slots,
 };
 

@@ -1,8 +1,13 @@
-"""Type stub for the native write lane (built from _writer.c)."""
+"""Type stub for the native write lane and record splitter (built from _writer.c)."""
 
 from collections.abc import Sequence
 
 RING: int
+
+def split_records(buf: bytes | bytearray | memoryview, base: int, file_num: int,
+                  min_size: int, max_size: int, max_records: int = -1, /
+                  ) -> tuple[list[tuple[bytes, int, int]], int, int | None]:
+    """The record codec's ``parse`` in C: (records, stop, bad_length)."""
 
 class Writer:
     """A native thread that appends framed batches to files without taking the GIL."""
@@ -11,6 +16,9 @@ class Writer:
     def submit_records(self, fd: int, payloads: Sequence[bytes], offset: int, sync: bool,
                        /) -> int:
         """Queue ``payloads`` as records (pwritev, no copy); returns the bytes to write."""
+    def submit_read(self, fd: int, buf: bytearray, offset: int, nbytes: int, /) -> None:
+        """Queue a pread of ``nbytes`` at ``offset`` into ``buf``, filled once the job is
+        reaped (its result's first item is the bytes read)."""
     def write_records(self, fd: int, payloads: Sequence[bytes], offset: int,
                       /) -> tuple[int, int, int]:
         """Write ``payloads`` as records now, on the calling thread (GIL released), while

@@ -138,6 +138,11 @@ class QueueBuffers:
         """
         return False
 
+    def refill(self) -> None:
+        """The ready messages fell to the low-water mark while more wait on disk."""
+        self.refill_at = -1
+        wake(self.read_slot)
+
     # ------------------------------------------------------------------ size and state
 
     def qsize(self) -> int:
@@ -294,7 +299,10 @@ class QueueBuffers:
         self.depth -= 1
         self.gets += 1
         self.since_sync += 1
-        if (self.ready_bytes <= self.refill_at or self.since_sync >= self.sync_every
+        # The sync round is asked for once, where since_sync reaches sync_every: the
+        # ioLoop checks since_sync itself whenever it runs, and a consumer taking ready
+        # messages does not let it run until the buffer is empty.
+        if (self.ready_bytes <= self.refill_at or self.since_sync == self.sync_every
                 or self.putters or self.state is not _OPEN):
             self._after_take()
         return payload
@@ -320,8 +328,7 @@ class QueueBuffers:
     def _after_take(self) -> None:
         """Wake whoever waits on room or on a read: the rare part of taking messages."""
         if self.ready_bytes <= self.refill_at:
-            self.refill_at = -1
-            wake(self.read_slot)
+            self.refill()
         if self.since_sync >= self.sync_every:
             wake(self.sync_req)
         if self.putters:

@@ -52,6 +52,12 @@ class _Flight:
     waiters: list[asyncio.Future[None]]
     sync_waiters: list[asyncio.Future[None]]
     lane: _LaneWrite | None = None
+    read: _lane.LaneRead | None = None
+
+    @property
+    def on_lane(self) -> bool:
+        """Is this a job of the native lane (a write or a read), not of the I/O thread?"""
+        return self.lane is not None or self.read is not None
 
 
 @dataclass(slots=True)
@@ -92,6 +98,8 @@ class Engine(ErrorPaths):
         self._beside: _Flight | None = None  # a sync round that inline writes run beside
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
         self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
+        self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
+        self._read_buf: bytearray | None = None  # what lane reads read into
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -177,8 +185,7 @@ class Engine(ErrorPaths):
                 if flights:
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
-                    await flights[0].fut
-                    self._complete(flights.popleft())
+                    self._complete(await _lane.next_done(flights))
                     busy = True
                     continue
                 if self.state is Lifecycle.CLOSING:
@@ -214,15 +221,18 @@ class Engine(ErrorPaths):
             return None
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
-        if flights and flights[-1].lane is not None:
+        flight, hold, sync_first = _lane.read_first(self)
+        if flight is not None or hold:
+            return flight
+        if flights and flights[-1].on_lane:
             if (self._full_hop_due()
                     or not self._lane_fits(self._lane_end, size, self.sync_every == 1)):
                 return None
             job = self._build_job(pipelined=True)
             return None if job is None else self._dispatch_lane(job, self._lane_end, size)
-        job = self._build_job(pipelined=bool(flights))
+        job = self._build_job(pipelined=bool(flights), read=not sync_first)
         if job is None:
-            return None
+            return _lane.lane_read(self) if sync_first else None
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
             return self._dispatch_lane(job, self.write_at[1], size)
@@ -298,12 +308,18 @@ class Engine(ErrorPaths):
         self._sync_batch = []
         return flight
 
+    def refill(self) -> None:
+        """The read-ahead is at its low-water mark: see :func:`.lane.refill`."""
+        _lane.refill(self)
+
     def _complete(self, flight: _Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised, after
         failing the flight's waiters with a DiskQueueError)."""
         try:
             if flight is self._beside:
                 res = _inline.settle(self, flight)
+            elif flight.read is not None:
+                res = _lane.read_result(self, flight)
             elif flight.lane is None:
                 res = flight.fut.result()
             else:
@@ -360,7 +376,7 @@ class Engine(ErrorPaths):
         self.wake_all_getters()
         self.wake_all_putters()
 
-    def _build_job(self, pipelined: bool) -> Job | None:
+    def _build_job(self, pipelined: bool, read: bool = True) -> Job | None:
         """The next hop's work; None if there is nothing to do.
 
         A pipelined job is sent while another hop is in flight: it only writes
@@ -409,7 +425,7 @@ class Engine(ErrorPaths):
             self._sync_due_at = loop.time() + self.opts.sync_interval
         else:
             self._sync_batch = []
-        if (self.read_at < self.write_at and self.ready_bytes <= self.low_water
+        if (read and self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and not closing and self.corruption is None):
             job.read_from = self.read_at
             job.read_budget = self.opts.read_buffer_bytes - self.ready_bytes
@@ -488,6 +504,7 @@ class Engine(ErrorPaths):
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
         elif job.read_from is not None and not stale and res.read_to is not None:
+            self._read_on_thread &= flight.read is not None  # the I/O thread has read
             recs = res.records
             if recs:
                 self.ready.extend(recs)
@@ -522,6 +539,9 @@ class Engine(ErrorPaths):
         if self.ready and self.getters:
             for _ in range(min(len(self.ready), len(self.getters))):
                 wake(self.getters.popleft())
+        # The consumer sends the next read itself at the low-water mark (see refill).
+        self.refill_at = (self.low_water if self.read_at < self.write_at
+                          and self.corruption is None else -1)
 
     async def _idle(self) -> None:
         loop = self.loop
@@ -550,7 +570,6 @@ class Engine(ErrorPaths):
                 self._timer_handle = loop.call_later(delay, wake, self.timer)
             waits.append(self.timer)
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        self.refill_at = -1
 
     async def _purge(self) -> None:
         assert self.io is not None

@@ -150,7 +150,7 @@ def kick_lane(e: Engine) -> None:
         # the puts the ioLoop gathers first share one instead (group commit).
         return
     if flights:
-        if flights[-1].lane is None:
+        if not flights[-1].on_lane:
             return
     elif not e._parked:
         return

@@ -11,7 +11,19 @@ it appends that stay inside the current segment and keeps everything else on the
 I/O thread; the two never run at the same time. A small batch sent while nothing is in
 flight is written by the loop's own thread instead (``write_now``, see ``inline.py``).
 
-Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write through the I/O thread only.
+The same thread reads ahead for the consumer (:func:`read_plan`, :func:`read_result`):
+a pread into a buffer, split into records on the loop in C when it is done. A
+Python I/O thread would need the GIL to start each read and again to finish it,
+and a consumer taking ready messages holds the GIL without a break: measured here,
+such a thread waited 5 ms (the interpreter's switch interval) or more for it each
+time, longer than the consumer takes to empty half of the read-ahead. The native
+thread needs no GIL, so the next read is done before the consumer gets to it.
+Only plain reads go there (a segment already open for reading, up to its known
+end); anything unusual (a bad length, a torn record, a short read, a record
+larger than the read) sends the next read to the I/O thread, which handles it
+exactly as before.
+
+Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write and read through the I/O thread only.
 """
 
 from __future__ import annotations
@@ -19,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._format.codec import HEADER_SIZE, index
+from .._format.codec import HEADER_SIZE, index, parse
+from .buffers import Lifecycle, wake
 from .iothread import Hop
-from .store import JobResult
+from .store import Job, JobResult
 
 if TYPE_CHECKING:
     from .engine import Engine, _Flight
@@ -36,6 +50,16 @@ except ImportError:  # pragma: no cover - built wherever a C compiler is present
 
 #: (bytes written, errno of the write or 0, errno of the fdatasync or 0)
 LaneResult = tuple[int, int, int]
+
+
+@dataclass(slots=True)
+class LaneRead:
+    """What a lane read flight reads: ``nbytes`` at ``pos`` of segment ``file_num``."""
+
+    file_num: int
+    pos: int
+    nbytes: int
+    buf: bytearray  # filled by the native thread; look at it only once the flight is done
 
 
 def available() -> bool:
@@ -63,6 +87,16 @@ class WriteLane:
         """
         fut: Hop[LaneResult] = Hop(loop=self._loop)
         self._w.submit_records(fd, payloads, offset, sync)
+        self._futs.append(fut)
+        return fut
+
+    def submit_read(self, fd: int, buf: bytearray, offset: int, nbytes: int
+                    ) -> Hop[LaneResult]:
+        """Read ``nbytes`` at ``offset`` of ``fd`` into ``buf`` after the jobs submitted
+        before; the future gives (bytes read, errno, 0). Do not look at ``buf`` before
+        the future is done."""
+        fut: Hop[LaneResult] = Hop(loop=self._loop)
+        self._w.submit_read(fd, buf, offset, nbytes)
         self._futs.append(fut)
         return fut
 
@@ -128,3 +162,147 @@ def lane_result(e: Engine, flight: _Flight, outcome: LaneResult | None = None) -
     res.write_at = (st.write_file, st.write_pos)
     res.bytes_on_disk = st.bytes_on_disk
     return res
+
+
+def read_plan(e: Engine, job: Job) -> tuple[int, int, int] | None:
+    """``(fd, offset, nbytes)`` if ``job`` is a plain read the lane may do instead of
+    the I/O thread; else None. Called while no hop but a sync round is in flight."""
+    if (job.read_from is None or job.payloads is not None or job.sync or job.reset_writer
+            or job.recount_from is not None or e.lane is None or e._lane_error is not None
+            or e._read_on_thread):
+        return None
+    span = e.store.lane_read_from(*job.read_from)
+    if span is None:
+        return None
+    fd, stop = span
+    pos = job.read_from[1]
+    return fd, pos, min(stop - pos, job.read_budget)
+
+
+def read_result(e: Engine, flight: _Flight) -> JobResult:
+    """Split the finished lane read of ``flight`` into records: the JobResult the I/O
+    thread's read would give for them. Anything unusual is left to the I/O thread: the
+    next read goes there and meets it as before."""
+    lr = flight.read
+    assert lr is not None
+    nread, err, _ = flight.fut.result()
+    st = e.store
+    res = JobResult(write_at=(st.write_file, st.write_pos), bytes_on_disk=st.bytes_on_disk)
+    if err:
+        e._read_on_thread = True
+        res.read_error = OSError(err, os.strerror(err))
+        return res
+    # Split straight out of the reused buffer: the records are new bytes objects.
+    p = parse(memoryview(lr.buf)[:nread], lr.pos, lr.file_num, e.min_size, e.max_size)
+    if p.bad_length is not None or not p.records or nread < lr.nbytes:
+        e._read_on_thread = True
+    res.records = p.records
+    res.records_bytes = p.stop - lr.pos - HEADER_SIZE * len(p.records)
+    res.read_to = (lr.file_num, p.stop)
+    return res
+
+
+def sync_only(flight: _Flight) -> bool:
+    """Is ``flight`` a sync round on the I/O thread that writes and reads nothing?"""
+    job = flight.job
+    return (not flight.on_lane and job.payloads is None and job.read_from is None
+            and job.recount_from is None and not job.reset_writer)
+
+
+def sync_wanted(e: Engine) -> bool:
+    """Is a sync round (or the meta) due now?"""
+    return bool(e.sync_waiters) or e._force_meta or e._sync_round_due()
+
+
+def lane_read_job(e: Engine) -> tuple[Job, tuple[int, int, int]] | None:
+    """The due read ahead and its plan, if it is a plain one the lane may do."""
+    if (not e._read_due() or e._recount_wanted or e.purge_waiters
+            or e.state is Lifecycle.CLOSING):
+        return None
+    if e._flights and e.since_sync >= e.sync_every:
+        # Beside a sync round only until the next one is due: the consumer takes no
+        # more than sync_every messages plus the read-ahead between two stored metas,
+        # as when the read waited for the round.
+        return None
+    job = Job(read_from=e.read_at, read_budget=e.opts.read_buffer_bytes - e.ready_bytes)
+    plan = read_plan(e, job)
+    return None if plan is None else (job, plan)
+
+
+def lane_read(e: Engine) -> _Flight | None:
+    """Send the due read ahead to the lane if it is a plain one, as the first flight or
+    beside a sync round on the I/O thread (which never touches the segment being read)."""
+    found = lane_read_job(e)
+    return None if found is None else dispatch_read(e, found[0], *found[1])
+
+
+def dispatch_read(e: Engine, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
+    """Send ``job``'s read of ``nbytes`` at ``pos`` of ``fd`` to the lane."""
+    from .engine import _Flight
+
+    assert e.lane is not None and job.read_from is not None
+    buf = e._read_buf
+    if buf is None:
+        # One buffer for every lane read: one read is in flight at a time, and its
+        # records are split out of it before the next is sent.
+        buf = e._read_buf = bytearray(e.opts.read_buffer_bytes)
+    fut = e.lane.submit_read(fd, buf, pos, nbytes)
+    # Lane writes chained behind this read append where the store stands now.
+    e._lane_end = e.write_at[1]
+    e.refill_at = -1
+    return _Flight(job, fut, e.epoch, [], [], read=LaneRead(job.read_from[0], pos, nbytes, buf))
+
+
+def refill(e: Engine) -> None:
+    """The consumer took the read-ahead down to its low-water mark while unread data
+    waits on disk: send the next read now if nothing but a sync round is in flight (the
+    consumer goes on taking what is ready meanwhile), else wake the ioLoop for it."""
+    e.refill_at = -1
+    flights = e._flights
+    if (((e._parked and not flights) or (len(flights) == 1 and sync_only(flights[0])))
+            and not e.purge_waiters and e._kick_error is None
+            and e.state is Lifecycle.OPEN):
+        try:
+            flight = e._next_flight()
+        except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the get
+            e._kick_error = exc
+            wake(e.put_req)
+            return
+        if flight is not None:
+            flights.append(flight)
+            wake(e.put_req)
+            return
+    wake(e.read_slot)
+
+
+def read_first(e: Engine) -> tuple[_Flight | None, bool, bool]:
+    """Before the next job is built: ``(a lane read sent now or None, hold, sync_first)``.
+
+    ``hold``: send nothing now (a read runs beside a sync round: writes still never run
+    on the lane and the I/O thread at once). ``sync_first``: a due sync round goes first
+    and the read beside it (the next call), so build the job without the read; a read
+    sent first would leave the round waiting as long as reads are due.
+    """
+    flights = e._flights
+    sync_first = not flights and sync_wanted(e) and lane_read_job(e) is not None
+    if not sync_first and (not flights or (len(flights) == 1 and sync_only(flights[0]))):
+        return lane_read(e), False, False
+    if flights and not flights[0].on_lane and flights[-1].read is not None:
+        return None, True, False
+    return None, False, sync_first
+
+
+async def next_done(flights: deque[_Flight]) -> _Flight:
+    """Wait for the next flight to apply and remove it from ``flights``: the oldest, or a
+    lane read beside a sync round that is done first (so the consumer never waits for
+    the round). Cancelling the wait leaves ``flights`` unchanged (a Hop runs to its end;
+    the engine's close applies it)."""
+    if len(flights) > 1 and flights[1].read is not None:
+        await asyncio.wait([flights[0].fut, flights[1].fut],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not flights[0].fut.done():
+            beside = flights[1]
+            del flights[1]
+            return beside
+    await flights[0].fut
+    return flights.popleft()

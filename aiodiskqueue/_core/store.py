@@ -90,6 +90,7 @@ class SegmentStore:
         self._wfd: int | None = None
         self._rfd: int | None = None
         self._rnum = -1
+        self._rsize: tuple[int, int] | None = None  # (segment, size) of a finished one read
         self._data_dirty = False
         self._dir_dirty = False
         self._oldest = 0  # lowest segment number that may still exist
@@ -365,6 +366,7 @@ class SegmentStore:
                     fnum, pos, recount = fnum + 1, 0, True
                     continue
                 stop = os.fstat(fd).st_size
+                self._rsize = (fnum, stop)
                 if pos >= stop:
                     fnum, pos = fnum + 1, 0
                     continue
@@ -413,6 +415,25 @@ class SegmentStore:
         res.read_to = (fnum, pos)
         if recount:
             res.remaining = self.count_from(fnum, pos)
+
+    def lane_read_from(self, fnum: int, pos: int) -> tuple[int, int] | None:
+        """``(fd, stop)`` for reading records from ``(fnum, pos)`` up to ``stop`` on the
+        native thread, when that needs none of :meth:`read`'s logic: the segment is open
+        for reading (a read on this thread opened it), it is the write segment or its
+        size is known, and its read position from the meta file is not in doubt. None
+        otherwise. Called on the event loop while no hop runs.
+        """
+        if self._rnum != fnum or self._rfd is None:
+            return None
+        if self._unverified is not None and self._unverified[0] == fnum:
+            return None
+        if fnum == self.write_file:
+            stop = self.write_pos
+        elif self._rsize is not None and self._rsize[0] == fnum:
+            stop = self._rsize[1]
+        else:
+            return None
+        return (self._rfd, stop) if pos < stop else None
 
     def _reader(self, num: int) -> int | None:
         if self._rnum != num:

@@ -7,6 +7,7 @@ bytes, exactly as go-diskqueue writes it. Files have no header and no padding.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from itertools import accumulate, chain, repeat
 from typing import Final
 
@@ -56,16 +57,52 @@ class ParseResult:
         self.bad_length = bad_length
 
 
+#: ``split(buf, base, file_num, min_size, max_size, max_records) -> (records, stop,
+#: bad_length)``: a faster implementation of :func:`parse_py`'s rule.
+Splitter = Callable[[bytes | memoryview, int, int, int, int, int],
+                    tuple[list[tuple[bytes, int, int]], int, int | None]]
+
+_split: Splitter | None = None
+
+
+def use_splitter(split: Splitter | None) -> None:
+    """Make :func:`parse` use ``split`` (the native ``split_records``, installed by
+    ``aiodiskqueue._core`` where it is built), or the Python loop again with None.
+
+    ``split`` must follow :func:`parse_py`'s rule exactly (a property test compares
+    them on random, truncated and corrupt buffers).
+    """
+    global _split
+    _split = split
+
+
 def parse(
-    buf: bytes, base: int, file_num: int, min_size: int, max_size: int, max_records: int = -1
+    buf: bytes | memoryview, base: int, file_num: int, min_size: int, max_size: int,
+    max_records: int = -1
 ) -> ParseResult:
     """Parse whole records from ``buf``, which starts at file offset ``base``.
 
     Parsing stops at the first record that does not fit in ``buf`` (an
     incomplete tail: the caller decides whether more bytes may follow), at a
     length outside ``[min_size, max_size]`` (reported in ``bad_length``), or
-    after ``max_records`` records when that is not negative.
+    after ``max_records`` records when that is not negative. ``min_size`` must
+    not be negative.
     """
+    split = _split
+    if split is None:
+        return parse_py(buf, base, file_num, min_size, max_size, max_records)
+    records, stop, bad = split(buf, base, file_num, min_size, max_size, max_records)
+    return ParseResult(records, stop, bad)
+
+
+def parse_py(
+    buf: bytes | memoryview, base: int, file_num: int, min_size: int, max_size: int,
+    max_records: int = -1
+) -> ParseResult:
+    """:func:`parse` in Python: the rule, and what runs where the native module is not
+    built or ``AIODISKQUEUE_PURE_PYTHON=1``."""
+    if type(buf) is not bytes:
+        buf = bytes(buf)  # payloads are bytes, never views of a buffer reused later
     records: list[tuple[bytes, int, int]] = []
     append = records.append
     unpack = _unpack_from

@@ -1,0 +1,135 @@
+"""The read-ahead on the native lane: plain reads go there, and a damaged record deep in
+a segment (met by a lane read) ends exactly as on the Python I/O thread."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_format import seg_name
+
+from aiodiskqueue import CorruptionError, DiskQueue
+from aiodiskqueue._core import lane as _lane
+
+SIZE = 1000  # payload bytes; a record is 1,004
+PER_FILE = 99  # records of a 100,000-byte segment
+
+
+def payload(i: int) -> bytes:
+    return b"%06d" % i + b"x" * (SIZE - 6)
+
+
+@pytest.fixture
+def lane_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the reads sent to the native lane (their sizes)."""
+    calls: list[int] = []
+    real = _lane.WriteLane.submit_read
+
+    def spy(self: _lane.WriteLane, fd: int, buf: bytearray, offset: int, nbytes: int) -> Any:
+        calls.append(nbytes)
+        return real(self, fd, buf, offset, nbytes)
+
+    monkeypatch.setattr(_lane.WriteLane, "submit_read", spy)
+    return calls
+
+
+async def fill(d: Path, n: int) -> None:
+    async with DiskQueue(d, "q", max_bytes_per_file=100_000) as q:
+        await q.put_many([payload(i) for i in range(n)])
+
+
+async def drain(d: Path, **opts: Any) -> tuple[list[bytes], int, BaseException | None]:
+    """Everything a shut-down queue gives, its bad file count, and the error that
+    stopped the drain (strict mode), if any."""
+    got: list[bytes] = []
+    err: BaseException | None = None
+    async with DiskQueue(d, "q", max_bytes_per_file=100_000, read_buffer_bytes=8192,
+                         **opts) as q:
+        q.shutdown()
+        try:
+            async for m in q:
+                got.append(m)
+        except CorruptionError as exc:
+            err = exc
+        bad = q.statistics().bad_files
+    return got, bad, err
+
+
+async def test_a_drain_reads_ahead_on_the_lane(tmp_path: Path, lane_reads: list[int],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+    await fill(tmp_path, 3 * PER_FILE + 10)
+    got, bad, err = await drain(tmp_path)
+    assert got == [payload(i) for i in range(3 * PER_FILE + 10)]
+    assert (bad, err) == (0, None)
+    # 4 segments of up to 99,396 bytes in reads of at most 8 KiB: most go to the lane
+    # (the first read of each segment opens it on the I/O thread).
+    assert len(lane_reads) > 30
+    assert max(lane_reads) <= 8192
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["quarantine", "strict"])
+@pytest.mark.parametrize("damage", ["oversize", "negative", "truncated"])
+async def test_damage_met_by_a_lane_read_ends_as_on_the_io_thread(
+        tmp_path: Path, lane_reads: list[int], monkeypatch: pytest.MonkeyPatch,
+        damage: str, strict: bool) -> None:
+    outcomes = []
+    for native in (True, False):
+        if native:
+            monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+        else:
+            monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1")
+        d = tmp_path / ("native" if native else "python")
+        await fill(d, 2 * PER_FILE + 5)
+        seg0 = d / seg_name("q", 0)
+        at = 70 * (4 + SIZE)  # record 70 of segment 0: far past the first 8 KiB read
+        data = bytearray(seg0.read_bytes())
+        if damage == "truncated":
+            del data[at + 100:]  # segment 0 ends 100 bytes into record 70
+        else:
+            data[at:at + 4] = struct.pack(">i", 1 << 24 if damage == "oversize" else -5)
+        seg0.write_bytes(bytes(data))
+        before = len(lane_reads)
+        got, bad, err = await drain(d, strict=strict)
+        if native:
+            assert len(lane_reads) - before > 3, "the damage was not met by a lane read"
+        outcomes.append((got, bad, None if err is None else (Path(err.path).name, err.offset)))
+    assert outcomes[0] == outcomes[1]
+    got, bad, err_at = outcomes[0]
+    assert got[:70] == [payload(i) for i in range(70)]
+    if strict:
+        assert (len(got), bad) == (70, 0)
+        assert err_at is not None and err_at[1] == 70 * (4 + SIZE)
+    else:
+        # Segment 0 is quarantined at record 70; segments 1 and 2 are read in full.
+        assert got[70:] == [payload(i) for i in range(PER_FILE, 2 * PER_FILE + 5)]
+        assert bad == 1
+
+
+async def test_reads_go_beside_sync_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+    beside: list[int] = []
+    real = _lane.dispatch_read
+
+    def spy(e: Any, *args: Any) -> Any:
+        beside.append(len(e._flights))  # 1: a sync round is in flight
+        return real(e, *args)
+
+    monkeypatch.setattr(_lane, "dispatch_read", spy)
+    await fill(tmp_path, 3 * PER_FILE)
+    got: list[bytes] = []
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=8192,
+                         sync_every=20) as q:
+        for _ in range(3 * PER_FILE):
+            got.append(await q.get())
+            if len(got) % 7 == 0:
+                await asyncio.sleep(0)  # let the ioLoop start sync rounds meanwhile
+        syncs = q.statistics().syncs
+    assert got == [payload(i) for i in range(3 * PER_FILE)]
+    assert syncs >= 3 * PER_FILE // 20 - 2
+    assert 1 in beside, beside
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000) as q:
+        assert q.qsize() == 0  # the last meta stored the consumer's final position
