@@ -1,7 +1,7 @@
 """One dedicated worker thread per queue, answering the event loop with call_soon_threadsafe.
 
 A dedicated thread with a SimpleQueue costs about half of ``run_in_executor``
-per hop on this machine (see shared MEASUREMENTS), and it makes the thread that
+per hop on the project machine (measured with a no-op hop), and it makes the thread that
 touches a queue's file descriptors a single, known one.
 """
 
