@@ -184,6 +184,81 @@ def test_one_listing_per_trigger_and_drained_queues_cost_no_open(
     assert nxt == {"ev-live": [0, 80 * 8]}
 
 
+class _CountingEntries:
+    """``os.scandir`` whose entries count their ``stat()`` calls by file name."""
+
+    def __init__(self, real: Any, stats: list[str]) -> None:
+        self._real, self._stats = real, stats
+
+    def __enter__(self) -> _CountingEntries:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._real.close()
+
+    def __iter__(self) -> Any:
+        for entry in self._real:
+            yield _CountingEntry(entry, self._stats)
+
+
+class _CountingEntry:
+    def __init__(self, entry: Any, stats: list[str]) -> None:
+        self._entry, self._stats = entry, stats
+        self.name, self.path = entry.name, entry.path
+
+    def inode(self) -> int:
+        return int(self._entry.inode())
+
+    def stat(self) -> Any:
+        self._stats.append(self.name)
+        return self._entry.stat()
+
+
+def test_settled_drained_queue_costs_one_stat_and_release_lists_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drained_queues(tmp_path, 50)
+    asyncio.run(fill(tmp_path, "ev-live", [b"l%03d" % i for i in range(100)]))
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadMaxRows(10))
+    reader.partitions(start, first)
+    second = reader.latestOffset(first, ReadMaxRows(10))  # releases ``first``
+    reader.partitions(first, second)
+
+    stats: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p: _CountingEntries(real_scandir(p), stats))
+    monkeypatch.setattr(os, "listdir", lambda p: pytest.fail(f"listdir({p})"))
+    third = reader.latestOffset(second, ReadMaxRows(10))  # releases ``second`` too
+    reader.reportLatestOffset()
+    assert third == {"ev-live": [0, 30 * 8]}
+    meta = load_meta(Layout(str(tmp_path), "ev-live").meta_path)
+    assert meta is not None and meta.read == (0, 20 * 8) and meta.depth == 80
+    drained = [n for n in stats if not n.startswith("ev-live.")]
+    # One stat per drained queue (its segment); its meta is known by its inode.
+    assert sorted(drained) == [Layout(str(tmp_path), f"ev-{k:04d}").segment_path(0)
+                               .rsplit("/", 1)[1] for k in range(50)]
+
+
+def test_settled_drained_queue_sees_new_records(tmp_path: Path) -> None:
+    drained_queues(tmp_path, 3)
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+    start = reader.initialOffset()
+    assert start == {}
+    for _ in range(2):
+        assert reader.latestOffset(start, ReadAllAvailable()) == {}
+    # A writer that died before storing its meta: a whole record past the meta's end.
+    with open(Layout(str(tmp_path), "ev-0001").segment_path(0), "ab") as f:
+        f.write(b"\x00\x00\x00\x02ab")
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"ev-0001": [0, 11]}
+    # A DiskQueue writing to another one (it stores its meta on close).
+    asyncio.run(fill(tmp_path, "ev-0002", [b"cd"]))
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"ev-0001": [0, 11], "ev-0002": [0, 11]}
+    rows = rows_of(reader.options, list(reader.partitions(start, end)))  # type: ignore[arg-type]
+    assert sorted(r[3] for r in rows) == [b"ab", b"cd"]
+
+
 def test_small_queues_share_partitions(tmp_path: Path) -> None:
     for k in range(60):
         asyncio.run(fill(tmp_path, f"ev-{k:03d}", [b"q%03d-%d" % (k, i) for i in range(10)]))

@@ -23,11 +23,12 @@ from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from ..errors import DiskQueueError
 from ._errors import corrupt_length
-from ._files import FileSpan
+from ._files import FileSpan, Pos, QueueView
 
 log = logging.getLogger("aiodiskqueue.spark")
 
 WALK_CHUNK = 4 << 20
+ADVANCE_CHUNK = 256 << 10  # a trigger's limit is often far less than a segment
 _unpack = struct.Struct(">i").unpack_from
 
 _walks: dict[tuple[str, int, int, int], list[int]] = {}  # (path, inode, start, stop) -> cuts
@@ -178,3 +179,101 @@ def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
             return
     finally:
         os.close(fd)
+
+
+def walk_records(path: str, start: int, stop: int, max_rows: int | None,
+                 max_bytes: int | None, min_size: int, max_size: int,
+                 rows: int = 0, nbytes: int = 0) -> tuple[int, int, int, bool, bool]:
+    """Walk the length fields of a segment from record boundary ``start`` towards ``stop``
+    (no payload is copied), admitting records until ``max_rows`` or ``max_bytes``.
+
+    ``rows`` and ``nbytes`` were admitted before (by earlier spans); a record
+    is always admitted when none was. Returns ``(end, rows, nbytes, full,
+    problem)``: the offset just past the last record admitted, the totals,
+    whether a limit stopped the walk, and whether a length outside
+    ``[min_size, max_size]`` or a record cut short did.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        while pos < stop:
+            buf = os.pread(fd, min(ADVANCE_CHUNK, stop - pos), pos)
+            size = len(buf)
+            off = 0
+            last = size - HEADER_SIZE
+            while off <= last:
+                (n,) = _unpack(buf, off)
+                if n < min_size or n > max_size:
+                    return pos + off, rows, nbytes, False, True
+                nxt = off + HEADER_SIZE + n
+                if nxt > size:
+                    break
+                if rows and ((max_rows is not None and rows >= max_rows) or
+                             (max_bytes is not None and nbytes + nxt - off > max_bytes)):
+                    return pos + off, rows, nbytes, True, False
+                rows += 1
+                nbytes += nxt - off
+                off = nxt
+            if off:
+                pos += off
+                continue
+            # Not one whole record in the chunk: a record longer than it, or one cut short.
+            if size < HEADER_SIZE:
+                return pos, rows, nbytes, False, True
+            (n,) = _unpack(buf, 0)
+            if n < min_size or n > max_size or pos + HEADER_SIZE + n > stop:
+                return pos, rows, nbytes, False, True
+            if rows and ((max_rows is not None and rows >= max_rows) or
+                         (max_bytes is not None and nbytes + HEADER_SIZE + n > max_bytes)):
+                return pos, rows, nbytes, True, False
+            rows += 1
+            nbytes += HEADER_SIZE + n
+            pos += HEADER_SIZE + n
+        return pos, rows, nbytes, False, False
+    finally:
+        os.close(fd)
+
+
+def count_records(path: str, start: int, stop: int | None, min_size: int,
+                  max_size: int) -> int:
+    """Whole records of a segment from record boundary ``start`` to ``stop`` (None: the
+    end of the file), up to the first problem. Raises OSError if it cannot be opened."""
+    if stop is None:
+        stop = os.stat(path).st_size
+    return walk_records(path, start, stop, None, None, min_size, max_size)[1]
+
+
+def advance(
+    view: QueueView,
+    spans: list[FileSpan],
+    max_rows: int | None,
+    max_bytes: int | None,
+    min_size: int,
+    max_size: int,
+) -> tuple[Pos | None, int, int]:
+    """Walk records through ``spans`` until a limit is reached.
+
+    Returns ``(position, rows, bytes)``: the position just past the last
+    record admitted (``None`` if ``spans`` is empty), and what was admitted.
+    At least one record is admitted when there is one, so a stream always
+    makes progress. A position at the end of a span that has a successor is
+    moved to the successor's start, so the finished file can be released.
+    """
+    rows = 0
+    nbytes = 0
+    pos: Pos | None = None
+    for i, span in enumerate(spans):
+        path = view.layout.segment_path(span.num)
+        end, rows, nbytes, full, problem = walk_records(
+            path, span.start, span.stop, max_rows, max_bytes, min_size, max_size, rows, nbytes)
+        if end > span.start:
+            pos = (span.num, end)
+        if problem:
+            pos = (span.num, span.stop)  # the rest of a damaged file is never delivered
+        if pos is None and not full:
+            pos = (span.num, span.stop)
+        if pos == (span.num, span.stop) and i + 1 < len(spans):
+            pos = (spans[i + 1].num, spans[i + 1].start)
+        if full:
+            break
+    return pos, rows, nbytes
