@@ -27,7 +27,7 @@ from aiodiskqueue.spark import _files
 from aiodiskqueue.spark._errors import DataLoss, PathNotFound
 from aiodiskqueue.spark._files import FileSpan, iter_records, view_queue
 from aiodiskqueue.spark._options import OptionError, parse_options
-from aiodiskqueue.spark._ranges import iter_blocks, split_span
+from aiodiskqueue.spark._ranges import advance, iter_blocks, split_span
 from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition, read_partition
 from aiodiskqueue.spark._stream import DiskQueueStreamReader
 
@@ -83,6 +83,44 @@ def test_split_span_covers_every_record_once(tmp_path: Path, pieces: int) -> Non
         for block in iter_blocks(lay, part, 0, MAX, chunk=4096):
             got += [(part.num, block.base + s) for s in block.starts[:-1]]
     assert got == [(n, o) for n, o, _ in want]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_of_equal_records_walk_like_one_by_one(tmp_path: Path, seed: int) -> None:
+    # Runs of one size (walked in strided slices) between runs of other sizes, with
+    # payloads that look like length fields, read in blocks that cut runs anywhere.
+    rng = random.Random(seed)
+    items: list[bytes] = []
+    while len(items) < 3000:
+        size = rng.choice([0, 1, 4, 8, 12, 100, 333])
+        fill_byte = rng.choice([b"\x00", b"\x0c", b"x"])
+        items += [fill_byte * size] * rng.choice([1, 2, 3, 50, 400])
+    asyncio.run(fill(tmp_path, "q", items, max_bytes_per_file=1 << 30))
+    lay = Layout(str(tmp_path), "q")
+    (span,) = view_queue(lay, 0, MAX).spans
+    want = sequential(lay, [span])
+    assert [p for _, _, p in want] == items
+    for chunk in (64, 4096, 1 << 20):
+        got = [(span.num, b.base + s) for b in iter_blocks(lay, span, 0, MAX, chunk=chunk)
+               for s in b.starts[:-1]]
+        assert got == [(n, o) for n, o, _ in want]
+    for pieces in (2, 7, 40):
+        parts = split_span(lay, span, -(-span.size // pieces), 0, MAX)
+        assert all(a.stop == b.start for a, b in itertools.pairwise(parts))
+        assert sequential(lay, parts) == want
+    ends = [o + 4 + len(p) for _, o, p in want]
+    view = view_queue(lay, 0, MAX)
+    for max_rows, max_bytes in ((1, None), (777, None), (None, 5000), (40, 900),
+                                (None, 1), (5000, None)):
+        k = nbytes = 0
+        for p in items:
+            if k and ((max_rows is not None and k >= max_rows) or
+                      (max_bytes is not None and nbytes + 4 + len(p) > max_bytes)):
+                break
+            k += 1
+            nbytes += 4 + len(p)
+        assert advance(view, view.spans, max_rows, max_bytes, 0, MAX) == (
+            (0, ends[k - 1]), k, nbytes)
 
 
 def test_batch_plan_min_partitions_splits_one_segment(tmp_path: Path) -> None:

@@ -54,7 +54,15 @@ def walk_boundaries(path: str, start: int, stop: int, every: int,
             size = len(buf)
             if size < HEADER_SIZE:
                 break
-            off = 0
+            count, stride = equal_run(buf, min_size, max_size)
+            while count and cut_at <= pos + count * stride:
+                cut = pos + max(1, -(-(cut_at - pos) // stride)) * stride
+                cuts.append(cut)
+                if len(cuts) == limit:
+                    return [c for c in cuts if c < stop]
+                while cut_at <= cut:
+                    cut_at += every
+            off = count * stride
             last = size - HEADER_SIZE
             while off <= last:
                 (n,) = _unpack(buf, off)
@@ -126,6 +134,37 @@ class Block:
     starts: list[int]
 
 
+def equal_run(buf: bytes, min_size: int, max_size: int) -> tuple[int, int]:
+    """``(count, stride)``: how many whole records of one size open ``buf``, each
+    ``stride`` bytes with its header; ``(0, 0)`` if fewer than 2.
+
+    Queues often hold records of one size. Their length fields then repeat every
+    ``stride`` bytes, which a few strided slices (C loops, not one Python step per
+    record) check at once; a block of mixed sizes costs one failed comparison.
+    """
+    if len(buf) < HEADER_SIZE:
+        return 0, 0
+    (n,) = _unpack(buf, 0)
+    stride = HEADER_SIZE + n
+    if n < min_size or n > max_size or stride <= HEADER_SIZE:
+        return 0, 0
+    count = len(buf) // stride
+    if count < 2:
+        return 0, 0
+    head = buf[:HEADER_SIZE]
+    lanes = [buf[i:count * stride:stride] for i in range(HEADER_SIZE)]
+    if all(lane == head[i:i + 1] * count for i, lane in enumerate(lanes)):
+        return count, stride
+    lo, hi = 1, count  # lanes agree on the first ``lo`` records, not on all ``hi``
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if all(lane[:mid] == head[i:i + 1] * mid for i, lane in enumerate(lanes)):
+            lo = mid
+        else:
+            hi = mid
+    return (lo, stride) if lo > 1 else (0, 0)
+
+
 def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
                 chunk: int = WALK_CHUNK) -> Iterator[Block]:
     """The records of ``span`` as blocks of about ``chunk`` bytes.
@@ -148,9 +187,10 @@ def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
             want = min(chunk, stop - pos)
             buf = os.pread(fd, want, pos)
             size = len(buf)
-            starts: list[int] = []
+            run = equal_run(buf, min_size, max_size)
+            starts: list[int] = list(range(0, run[0] * run[1], run[1])) if run[0] else []
             append = starts.append
-            off = 0
+            off = run[0] * run[1]
             limit = size - HEADER_SIZE
             while off <= limit:
                 (n,) = _unpack(buf, off)
@@ -199,7 +239,18 @@ def walk_records(path: str, start: int, stop: int, max_rows: int | None,
         while pos < stop:
             buf = os.pread(fd, min(ADVANCE_CHUNK, stop - pos), pos)
             size = len(buf)
-            off = 0
+            count, stride = equal_run(buf, min_size, max_size)
+            if count:
+                take = count
+                if max_rows is not None:
+                    take = min(take, max(max_rows - rows, 0 if rows else 1))
+                if max_bytes is not None:
+                    take = min(take, max((max_bytes - nbytes) // stride, 0 if rows else 1))
+                rows += take
+                nbytes += take * stride
+                if take < count:
+                    return pos + take * stride, rows, nbytes, True, False
+            off = count * stride
             last = size - HEADER_SIZE
             while off <= last:
                 (n,) = _unpack(buf, off)

@@ -29,9 +29,10 @@ out of the offsets (its meta file holds its position); while none of its files
 changes it is skipped without a look, and once read to the end of its last
 segment its meta file is not even stat'ed while its inode stays the same, so a
 drained queue costs its directory entries and one ``stat`` per trigger. Releasing
-a queue looks up its segments by number instead of listing the directory. Small ranges of many queues share a
-partition (``maxBytesPerPartition``). ``removeDrainedAfter`` removes a queue
-that is drained, unheld and unchanged for that many seconds.
+a queue looks up its segments by number instead of listing the directory.
+Small ranges of many queues share a partition (``maxBytesPerPartition``).
+``removeDrainedAfter`` removes a queue that is drained, unheld and unchanged for
+that many seconds.
 
 Queues open in a live DiskQueue
 -------------------------------
