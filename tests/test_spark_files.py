@@ -18,7 +18,8 @@ from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
 from aiodiskqueue._format.meta import load_meta
 from aiodiskqueue.spark._consume import release
-from aiodiskqueue.spark._files import advance, spans_between, view_queue
+from aiodiskqueue.spark._files import spans_between, view_queue
+from aiodiskqueue.spark._ranges import advance
 from aiodiskqueue.spark._staging import (
     STALE_SECONDS,
     StagedFile,

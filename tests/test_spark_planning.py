@@ -27,7 +27,7 @@ from aiodiskqueue.spark import _files
 from aiodiskqueue.spark._errors import DataLoss, PathNotFound
 from aiodiskqueue.spark._files import FileSpan, iter_records, view_queue
 from aiodiskqueue.spark._options import OptionError, parse_options
-from aiodiskqueue.spark._ranges import iter_blocks, split_span
+from aiodiskqueue.spark._ranges import advance, iter_blocks, split_span
 from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition, read_partition
 from aiodiskqueue.spark._stream import DiskQueueStreamReader
 
@@ -83,6 +83,44 @@ def test_split_span_covers_every_record_once(tmp_path: Path, pieces: int) -> Non
         for block in iter_blocks(lay, part, 0, MAX, chunk=4096):
             got += [(part.num, block.base + s) for s in block.starts[:-1]]
     assert got == [(n, o) for n, o, _ in want]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_of_equal_records_walk_like_one_by_one(tmp_path: Path, seed: int) -> None:
+    # Runs of one size (walked in strided slices) between runs of other sizes, with
+    # payloads that look like length fields, read in blocks that cut runs anywhere.
+    rng = random.Random(seed)
+    items: list[bytes] = []
+    while len(items) < 3000:
+        size = rng.choice([0, 1, 4, 8, 12, 100, 333])
+        fill_byte = rng.choice([b"\x00", b"\x0c", b"x"])
+        items += [fill_byte * size] * rng.choice([1, 2, 3, 50, 400])
+    asyncio.run(fill(tmp_path, "q", items, max_bytes_per_file=1 << 30))
+    lay = Layout(str(tmp_path), "q")
+    (span,) = view_queue(lay, 0, MAX).spans
+    want = sequential(lay, [span])
+    assert [p for _, _, p in want] == items
+    for chunk in (64, 4096, 1 << 20):
+        got = [(span.num, b.base + s) for b in iter_blocks(lay, span, 0, MAX, chunk=chunk)
+               for s in b.starts[:-1]]
+        assert got == [(n, o) for n, o, _ in want]
+    for pieces in (2, 7, 40):
+        parts = split_span(lay, span, -(-span.size // pieces), 0, MAX)
+        assert all(a.stop == b.start for a, b in itertools.pairwise(parts))
+        assert sequential(lay, parts) == want
+    ends = [o + 4 + len(p) for _, o, p in want]
+    view = view_queue(lay, 0, MAX)
+    for max_rows, max_bytes in ((1, None), (777, None), (None, 5000), (40, 900),
+                                (None, 1), (5000, None)):
+        k = nbytes = 0
+        for p in items:
+            if k and ((max_rows is not None and k >= max_rows) or
+                      (max_bytes is not None and nbytes + 4 + len(p) > max_bytes)):
+                break
+            k += 1
+            nbytes += 4 + len(p)
+        assert advance(view, view.spans, max_rows, max_bytes, 0, MAX) == (
+            (0, ends[k - 1]), k, nbytes)
 
 
 def test_batch_plan_min_partitions_splits_one_segment(tmp_path: Path) -> None:
@@ -182,6 +220,81 @@ def test_one_listing_per_trigger_and_drained_queues_cost_no_open(
     assert scans == [str(tmp_path)]
     assert metas == [Layout(str(tmp_path), "ev-live").meta_path]  # the one that changed
     assert nxt == {"ev-live": [0, 80 * 8]}
+
+
+class _CountingEntries:
+    """``os.scandir`` whose entries count their ``stat()`` calls by file name."""
+
+    def __init__(self, real: Any, stats: list[str]) -> None:
+        self._real, self._stats = real, stats
+
+    def __enter__(self) -> _CountingEntries:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._real.close()
+
+    def __iter__(self) -> Any:
+        for entry in self._real:
+            yield _CountingEntry(entry, self._stats)
+
+
+class _CountingEntry:
+    def __init__(self, entry: Any, stats: list[str]) -> None:
+        self._entry, self._stats = entry, stats
+        self.name, self.path = entry.name, entry.path
+
+    def inode(self) -> int:
+        return int(self._entry.inode())
+
+    def stat(self) -> Any:
+        self._stats.append(self.name)
+        return self._entry.stat()
+
+
+def test_settled_drained_queue_costs_one_stat_and_release_lists_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drained_queues(tmp_path, 50)
+    asyncio.run(fill(tmp_path, "ev-live", [b"l%03d" % i for i in range(100)]))
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadMaxRows(10))
+    reader.partitions(start, first)
+    second = reader.latestOffset(first, ReadMaxRows(10))  # releases ``first``
+    reader.partitions(first, second)
+
+    stats: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p: _CountingEntries(real_scandir(p), stats))
+    monkeypatch.setattr(os, "listdir", lambda p: pytest.fail(f"listdir({p})"))
+    third = reader.latestOffset(second, ReadMaxRows(10))  # releases ``second`` too
+    reader.reportLatestOffset()
+    assert third == {"ev-live": [0, 30 * 8]}
+    meta = load_meta(Layout(str(tmp_path), "ev-live").meta_path)
+    assert meta is not None and meta.read == (0, 20 * 8) and meta.depth == 80
+    drained = [n for n in stats if not n.startswith("ev-live.")]
+    # One stat per drained queue (its segment); its meta is known by its inode.
+    assert sorted(drained) == [Layout(str(tmp_path), f"ev-{k:04d}").segment_path(0)
+                               .rsplit("/", 1)[1] for k in range(50)]
+
+
+def test_settled_drained_queue_sees_new_records(tmp_path: Path) -> None:
+    drained_queues(tmp_path, 3)
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+    start = reader.initialOffset()
+    assert start == {}
+    for _ in range(2):
+        assert reader.latestOffset(start, ReadAllAvailable()) == {}
+    # A writer that died before storing its meta: a whole record past the meta's end.
+    with open(Layout(str(tmp_path), "ev-0001").segment_path(0), "ab") as f:
+        f.write(b"\x00\x00\x00\x02ab")
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"ev-0001": [0, 11]}
+    # A DiskQueue writing to another one (it stores its meta on close).
+    asyncio.run(fill(tmp_path, "ev-0002", [b"cd"]))
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"ev-0001": [0, 11], "ev-0002": [0, 11]}
+    rows = rows_of(reader.options, list(reader.partitions(start, end)))  # type: ignore[arg-type]
+    assert sorted(r[3] for r in rows) == [b"ab", b"cd"]
 
 
 def test_small_queues_share_partitions(tmp_path: Path) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 
 from .._format.layout import Layout, fsync_dir
 from .._format.lock import QueueLock, lock_holder
 from .._format.meta import Meta, load_meta, store_meta
-from .._format.scan import scan_segment
 from ..errors import DiskQueueError, QueueLocked
 from ._files import Pos, view_queue
+from ._ranges import count_records
 
 
 class QueueBusy(QueueLocked):
@@ -48,12 +49,14 @@ def lock_queue(layout: Layout, what: str, wait: float) -> QueueLock:
 
 
 def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
-            lock_wait: float = LOCK_WAIT) -> bool:
+            lock_wait: float = LOCK_WAIT, known: Iterable[int] = ()) -> bool:
     """Consume queue ``layout`` up to ``end``: store the new read position, then
     delete the segments wholly before it.
 
     Idempotent: a position at or before the stored read position changes
-    nothing. Returns whether the meta file was changed. Raises QueueBusy if
+    nothing. ``known``: segment numbers a directory listing saw (segments
+    before the meta's read file are deleted only if listed there). Returns
+    whether the meta file was changed. Raises QueueBusy if
     another process holds the queue's lock for more than ``lock_wait`` seconds.
     """
     try:
@@ -66,13 +69,18 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
         return False  # the queue is gone (removed when drained): nothing to release
     lock = lock_queue(layout, "consume", lock_wait)
     try:
-        segs = layout.segments()
         view_meta = load_meta(layout.meta_path)
         if view_meta is None:
+            segs = layout.segments()
             first = min(segs) if segs else end[0]
             view_meta = Meta(0, first, 0, first, 0)
             depth_known = False
         else:
+            # The segments from the read file to ``end``, and those a listing saw before
+            # it: looked up one by one, not by listing a directory of many queues.
+            nums = set(range(view_meta.read[0], end[0] + 1))
+            nums.update(n for n in known if n <= end[0])
+            segs = {n: p for n in sorted(nums) if os.path.exists(p := layout.segment_path(n))}
             depth_known = True
         if end <= view_meta.read:
             return False
@@ -87,8 +95,8 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
                 if num not in segs:
                     continue
                 stop = end[1] if num == end[0] else None
-                consumed += scan_segment(segs[num], num, rp if num == rf else 0, stop,
-                                         min_size, max_size).records
+                consumed += count_records(segs[num], rp if num == rf else 0, stop,
+                                          min_size, max_size)
             depth = view_meta.depth - consumed if depth_known else 0
             meta = Meta(max(depth, 0), *end, *view_meta.write)
         store_meta(layout.meta_path, meta)

@@ -17,7 +17,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .._format.codec import HEADER
 from .._format.layout import Layout
 from .._format.lock import lock_holder
 from .._format.meta import Meta, load_meta
@@ -179,53 +178,6 @@ def spans_between(view: QueueView, start: Pos, end: Pos) -> tuple[list[FileSpan]
         if hi > lo:
             out.append(FileSpan(num, lo, hi))
     return out, lost
-
-
-def advance(
-    view: QueueView,
-    spans: list[FileSpan],
-    max_rows: int | None,
-    max_bytes: int | None,
-    min_size: int,
-    max_size: int,
-) -> tuple[Pos | None, int, int]:
-    """Walk records through ``spans`` until a limit is reached.
-
-    Returns ``(position, rows, bytes)``: the position just past the last
-    record admitted (``None`` if ``spans`` is empty), and what was admitted.
-    At least one record is admitted when there is one, so a stream always
-    makes progress. A position at the end of a span that has a successor is
-    moved to the successor's start, so the finished file can be released.
-    """
-    rows = 0
-    nbytes = 0
-    pos: Pos | None = None
-    full = False
-    for i, span in enumerate(spans):
-        path = view.layout.segment_path(span.num)
-        for chunk in iter_spans(path, span.num, span.start, span.stop, min_size, max_size):
-            for payload, num, rec_end in chunk.records:
-                size = HEADER.size + len(payload)
-                if rows and (
-                    (max_rows is not None and rows >= max_rows)
-                    or (max_bytes is not None and nbytes + size > max_bytes)
-                ):
-                    full = True
-                    break
-                rows += 1
-                nbytes += size
-                pos = (num, rec_end)
-            if full:
-                break
-            if chunk.problem is not None:
-                pos = (span.num, span.stop)  # the rest of a damaged file is never delivered
-        if pos is None and not full:
-            pos = (span.num, span.stop)
-        if pos == (span.num, span.stop) and i + 1 < len(spans):
-            pos = (spans[i + 1].num, spans[i + 1].start)
-        if full:
-            break
-    return pos, rows, nbytes
 
 
 def iter_records(

@@ -23,11 +23,12 @@ from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from ..errors import DiskQueueError
 from ._errors import corrupt_length
-from ._files import FileSpan
+from ._files import FileSpan, Pos, QueueView
 
 log = logging.getLogger("aiodiskqueue.spark")
 
 WALK_CHUNK = 4 << 20
+ADVANCE_CHUNK = 256 << 10  # a trigger's limit is often far less than a segment
 _unpack = struct.Struct(">i").unpack_from
 
 _walks: dict[tuple[str, int, int, int], list[int]] = {}  # (path, inode, start, stop) -> cuts
@@ -53,7 +54,15 @@ def walk_boundaries(path: str, start: int, stop: int, every: int,
             size = len(buf)
             if size < HEADER_SIZE:
                 break
-            off = 0
+            count, stride = equal_run(buf, min_size, max_size)
+            while count and cut_at <= pos + count * stride:
+                cut = pos + max(1, -(-(cut_at - pos) // stride)) * stride
+                cuts.append(cut)
+                if len(cuts) == limit:
+                    return [c for c in cuts if c < stop]
+                while cut_at <= cut:
+                    cut_at += every
+            off = count * stride
             last = size - HEADER_SIZE
             while off <= last:
                 (n,) = _unpack(buf, off)
@@ -125,6 +134,37 @@ class Block:
     starts: list[int]
 
 
+def equal_run(buf: bytes, min_size: int, max_size: int) -> tuple[int, int]:
+    """``(count, stride)``: how many whole records of one size open ``buf``, each
+    ``stride`` bytes with its header; ``(0, 0)`` if fewer than 2.
+
+    Queues often hold records of one size. Their length fields then repeat every
+    ``stride`` bytes, which a few strided slices (C loops, not one Python step per
+    record) check at once; a block of mixed sizes costs one failed comparison.
+    """
+    if len(buf) < HEADER_SIZE:
+        return 0, 0
+    (n,) = _unpack(buf, 0)
+    stride = HEADER_SIZE + n
+    if n < min_size or n > max_size or stride <= HEADER_SIZE:
+        return 0, 0
+    count = len(buf) // stride
+    if count < 2:
+        return 0, 0
+    head = buf[:HEADER_SIZE]
+    lanes = [buf[i:count * stride:stride] for i in range(HEADER_SIZE)]
+    if all(lane == head[i:i + 1] * count for i, lane in enumerate(lanes)):
+        return count, stride
+    lo, hi = 1, count  # lanes agree on the first ``lo`` records, not on all ``hi``
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if all(lane[:mid] == head[i:i + 1] * mid for i, lane in enumerate(lanes)):
+            lo = mid
+        else:
+            hi = mid
+    return (lo, stride) if lo > 1 else (0, 0)
+
+
 def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
                 chunk: int = WALK_CHUNK) -> Iterator[Block]:
     """The records of ``span`` as blocks of about ``chunk`` bytes.
@@ -147,9 +187,10 @@ def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
             want = min(chunk, stop - pos)
             buf = os.pread(fd, want, pos)
             size = len(buf)
-            starts: list[int] = []
+            run = equal_run(buf, min_size, max_size)
+            starts: list[int] = list(range(0, run[0] * run[1], run[1])) if run[0] else []
             append = starts.append
-            off = 0
+            off = run[0] * run[1]
             limit = size - HEADER_SIZE
             while off <= limit:
                 (n,) = _unpack(buf, off)
@@ -178,3 +219,112 @@ def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
             return
     finally:
         os.close(fd)
+
+
+def walk_records(path: str, start: int, stop: int, max_rows: int | None,
+                 max_bytes: int | None, min_size: int, max_size: int,
+                 rows: int = 0, nbytes: int = 0) -> tuple[int, int, int, bool, bool]:
+    """Walk the length fields of a segment from record boundary ``start`` towards ``stop``
+    (no payload is copied), admitting records until ``max_rows`` or ``max_bytes``.
+
+    ``rows`` and ``nbytes`` were admitted before (by earlier spans); a record
+    is always admitted when none was. Returns ``(end, rows, nbytes, full,
+    problem)``: the offset just past the last record admitted, the totals,
+    whether a limit stopped the walk, and whether a length outside
+    ``[min_size, max_size]`` or a record cut short did.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        while pos < stop:
+            buf = os.pread(fd, min(ADVANCE_CHUNK, stop - pos), pos)
+            size = len(buf)
+            count, stride = equal_run(buf, min_size, max_size)
+            if count:
+                take = count
+                if max_rows is not None:
+                    take = min(take, max(max_rows - rows, 0 if rows else 1))
+                if max_bytes is not None:
+                    take = min(take, max((max_bytes - nbytes) // stride, 0 if rows else 1))
+                rows += take
+                nbytes += take * stride
+                if take < count:
+                    return pos + take * stride, rows, nbytes, True, False
+            off = count * stride
+            last = size - HEADER_SIZE
+            while off <= last:
+                (n,) = _unpack(buf, off)
+                if n < min_size or n > max_size:
+                    return pos + off, rows, nbytes, False, True
+                nxt = off + HEADER_SIZE + n
+                if nxt > size:
+                    break
+                if rows and ((max_rows is not None and rows >= max_rows) or
+                             (max_bytes is not None and nbytes + nxt - off > max_bytes)):
+                    return pos + off, rows, nbytes, True, False
+                rows += 1
+                nbytes += nxt - off
+                off = nxt
+            if off:
+                pos += off
+                continue
+            # Not one whole record in the chunk: a record longer than it, or one cut short.
+            if size < HEADER_SIZE:
+                return pos, rows, nbytes, False, True
+            (n,) = _unpack(buf, 0)
+            if n < min_size or n > max_size or pos + HEADER_SIZE + n > stop:
+                return pos, rows, nbytes, False, True
+            if rows and ((max_rows is not None and rows >= max_rows) or
+                         (max_bytes is not None and nbytes + HEADER_SIZE + n > max_bytes)):
+                return pos, rows, nbytes, True, False
+            rows += 1
+            nbytes += HEADER_SIZE + n
+            pos += HEADER_SIZE + n
+        return pos, rows, nbytes, False, False
+    finally:
+        os.close(fd)
+
+
+def count_records(path: str, start: int, stop: int | None, min_size: int,
+                  max_size: int) -> int:
+    """Whole records of a segment from record boundary ``start`` to ``stop`` (None: the
+    end of the file), up to the first problem. Raises OSError if it cannot be opened."""
+    if stop is None:
+        stop = os.stat(path).st_size
+    return walk_records(path, start, stop, None, None, min_size, max_size)[1]
+
+
+def advance(
+    view: QueueView,
+    spans: list[FileSpan],
+    max_rows: int | None,
+    max_bytes: int | None,
+    min_size: int,
+    max_size: int,
+) -> tuple[Pos | None, int, int]:
+    """Walk records through ``spans`` until a limit is reached.
+
+    Returns ``(position, rows, bytes)``: the position just past the last
+    record admitted (``None`` if ``spans`` is empty), and what was admitted.
+    At least one record is admitted when there is one, so a stream always
+    makes progress. A position at the end of a span that has a successor is
+    moved to the successor's start, so the finished file can be released.
+    """
+    rows = 0
+    nbytes = 0
+    pos: Pos | None = None
+    for i, span in enumerate(spans):
+        path = view.layout.segment_path(span.num)
+        end, rows, nbytes, full, problem = walk_records(
+            path, span.start, span.stop, max_rows, max_bytes, min_size, max_size, rows, nbytes)
+        if end > span.start:
+            pos = (span.num, end)
+        if problem:
+            pos = (span.num, span.stop)  # the rest of a damaged file is never delivered
+        if pos is None and not full:
+            pos = (span.num, span.stop)
+        if pos == (span.num, span.stop) and i + 1 < len(spans):
+            pos = (spans[i + 1].num, spans[i + 1].start)
+        if full:
+            break
+    return pos, rows, nbytes

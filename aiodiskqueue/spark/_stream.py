@@ -25,10 +25,14 @@ Many queues
 Each trigger lists the directory once (:mod:`._listing`); what is known about
 a queue is kept between triggers and looked at again only when its meta file
 or a segment changed. In consume mode a queue released up to its end is left
-out of the offsets (its meta file holds its position), so a drained queue
-costs one directory entry per trigger. Small ranges of many queues share a
-partition (``maxBytesPerPartition``). ``removeDrainedAfter`` removes a queue
-that is drained, unheld and unchanged for that many seconds.
+out of the offsets (its meta file holds its position); while none of its files
+changes it is skipped without a look, and once read to the end of its last
+segment its meta file is not even stat'ed while its inode stays the same, so a
+drained queue costs its directory entries and one ``stat`` per trigger. Releasing
+a queue looks up its segments by number instead of listing the directory.
+Small ranges of many queues share a partition (``maxBytesPerPartition``).
+``removeDrainedAfter`` removes a queue that is drained, unheld and unchanged for
+that many seconds.
 
 Queues open in a live DiskQueue
 -------------------------------
@@ -74,9 +78,10 @@ from .._format.layout import Layout
 from .._format.lock import lock_holder
 from ._consume import QueueBusy, release, remove_drained, wait_unheld
 from ._errors import PathNotFound
-from ._files import Lost, Pos, QueueView, advance, spans_between, view_queue
-from ._listing import Listing, QueueFiles, check_directory, list_queues
+from ._files import Lost, Pos, QueueView, spans_between, view_queue
+from ._listing import Lister, Listing, QueueFiles, check_directory, list_queues
 from ._options import SourceOptions, is_glob
+from ._ranges import advance
 from ._reader import QueuePartition, group_spans, project, read_partition, report_lost
 
 log = logging.getLogger("aiodiskqueue.spark")
@@ -96,7 +101,13 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.columns = columns or project(options, None)
         self._target: dict[str, Pos] | None = None
         self._listing: Listing | None = None
-        self._cache: dict[str, tuple[tuple[object, ...], QueueView]] = {}
+        self._lister = Lister(options.path, options.matches, options.name)
+        self._cache: dict[str, tuple[QueueFiles, QueueView]] = {}
+        # Consume mode: drained queues outside the offsets, by the files the last trigger
+        # saw; one whose files are the same object again is skipped without a look.
+        self._idle: dict[str, QueueFiles] = {}
+        # Those of them read to the end of their last segment with nobody holding them.
+        self._settled: dict[str, QueueFiles] = {}
         self._released: dict[str, Pos] = {}
         self._held: set[str] = set()
         self._next = ""  # the queue the next trigger starts with (the first one at or after)
@@ -108,21 +119,19 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return Layout(self.options.path, queue)
 
     def _list(self) -> Listing:
-        self._listing = list_queues(self.options.path, self.options.matches,
-                                    self.options.name)
+        self._listing = self._lister(self._settled)
         return self._listing
 
     def _view(self, queue: str, files: QueueFiles) -> QueueView:
         """The queue's view, computed again only if one of its files changed (or the
         holder the cached view saw is gone)."""
-        sig = files.signature()
         hit = self._cache.get(queue)
-        if hit is not None and hit[0] == sig and (
+        if hit is not None and (hit[0] is files or hit[0].key == files.key) and (
                 hit[1].holder is None or lock_holder(hit[1].layout.lock_path) is not None):
             return hit[1]
         view = view_queue(self._layout(queue), self.options.min_msg_size,
                           self.options.max_msg_size, files=files)
-        self._cache[queue] = (sig, view)
+        self._cache[queue] = (files, view)
         return view
 
     def _begin(self, queue: str, start: Offset, view: QueueView) -> Pos:
@@ -244,10 +253,18 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             queues &= set(self._target) | set(start)
         end: Offset = {}
         active: list[tuple[str, QueueView, Pos, Pos]] = []
+        idle, settled = self._idle, self._settled
+        self._idle, self._settled = {}, {}
+        skip_idle = opts.consume and opts.remove_drained_after is None
         for queue in sorted(queues):
             files = listing.get(queue)
             if files is None:
                 self._vanished(queue, start)
+                continue
+            if skip_idle and idle.get(queue) is files and queue not in start:
+                self._idle[queue] = files  # drained, and not a file changed since
+                if settled.get(queue) is files:
+                    self._settled[queue] = files
                 continue
             view = self._view(queue, files)
             begin = self._begin(queue, start, view)
@@ -260,6 +277,11 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                         end[queue] = list(begin)
                 elif view.drained and begin == view.end:
                     self._drained(queue, view, files)
+                    if skip_idle and queue not in start:
+                        self._idle[queue] = files
+                        last = max(files.sizes, default=-1)
+                        if view.holder is None and view.end == (last, files.sizes.get(last)):
+                            self._settled[queue] = files
                 continue
             if opts.consume:
                 fresh = self._readable(queue, view)
@@ -306,7 +328,9 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def reportLatestOffset(self) -> Offset | None:
         """Where every selected queue with unread records ends now (progress report)."""
         listing = self._listing if self._listing is not None else self._list()
-        out = {q: list(v.end) for q, f in listing.items() if not (v := self._view(q, f)).drained}
+        idle = self._idle
+        out = {q: list(v.end) for q, f in listing.items()
+               if idle.get(q) is not f and not (v := self._view(q, f)).drained}
         return out or None
 
     # ------------------------------------------------------------- batches
@@ -353,9 +377,11 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 continue  # released already by this process
             # A glob skips a held queue at once; a single name waits for its lock.
             wait = 0.0 if is_glob(self.options.name) else self.options.lock_wait
+            files = self._listing.get(queue) if self._listing is not None else None
             try:
                 release(self._layout(queue), at, self.options.min_msg_size,
-                        self.options.max_msg_size, lock_wait=wait)
+                        self.options.max_msg_size, lock_wait=wait,
+                        known=files.segments if files is not None else ())
                 self._released[queue] = at
             except QueueBusy as exc:
                 if not is_glob(self.options.name):
