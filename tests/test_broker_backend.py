@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from aiodiskqueue.broker import BrokerOptions
-from aiodiskqueue.broker._backend import Store, StoreStats, open_store, remove_store, store_files
+from aiodiskqueue.broker._backend import (
+    Delivery,
+    Store,
+    StoreStats,
+    open_store,
+    remove_store,
+    store_files,
+)
 
 OpenStore = Callable[..., Awaitable[Store]]
 
@@ -155,13 +162,13 @@ async def test_get_ready_takes_up_to_limit_in_order_without_waiting(stores: Open
     assert s.get_ready(10) == []  # nothing ready: no wait, nothing taken
     await s.put_many([b"%d" % i for i in range(5)])
     await _poll(lambda: s.stats().depth == 5)
-    got = []
+    got: list[Delivery] = []
     while len(got) < 3:  # what is read ahead into memory may come in parts
         got += s.get_ready(3 - len(got))
         await asyncio.sleep(0.01)
     assert [d.body for d in got] == [b"0", b"1", b"2"]
     assert s.stats().in_flight == 3
-    rest = []
+    rest: list[Delivery] = []
     while len(rest) < 2:
         rest += s.get_ready(10)
         await asyncio.sleep(0.01)

@@ -91,7 +91,8 @@ def test_parse_uses_the_installed_splitter() -> None:
 
     def spy(*args: object) -> tuple[list[tuple[bytes, int, int]], int, int | None]:
         calls.append(1)
-        return split_records(*args)
+        out: tuple[list[tuple[bytes, int, int]], int, int | None] = split_records(*args)
+        return out
 
     before = codec._split
     codec.use_splitter(spy)

@@ -41,11 +41,11 @@ async def fill(d: Path, n: int) -> None:
         await q.put_many([payload(i) for i in range(n)])
 
 
-async def drain(d: Path, **opts: Any) -> tuple[list[bytes], int, BaseException | None]:
+async def drain(d: Path, **opts: Any) -> tuple[list[bytes], int, CorruptionError | None]:
     """Everything a shut-down queue gives, its bad file count, and the error that
     stopped the drain (strict mode), if any."""
     got: list[bytes] = []
-    err: BaseException | None = None
+    err: CorruptionError | None = None
     async with DiskQueue(d, "q", max_bytes_per_file=100_000, read_buffer_bytes=8192,
                          **opts) as q:
         q.shutdown()
