@@ -156,14 +156,7 @@ def kick_lane(e: Engine) -> None:
         return
     if e.state not in _LIVE or e.purge_waiters or e._kick_error is not None:
         return
-    try:
-        flight = e._next_flight()
-    except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
-        e._kick_error = exc
-        wake(e.put_req)
-        return
-    if flight is not None:
-        flights.append(flight)
+    _lane.send_next_flight(e)
 
 
 def start_sync_round(e: Engine) -> None:

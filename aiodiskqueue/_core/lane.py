@@ -262,17 +262,29 @@ def refill(e: Engine) -> None:
     if (((e._parked and not flights) or (len(flights) == 1 and sync_only(flights[0])))
             and not e.purge_waiters and e._kick_error is None
             and e.state is Lifecycle.OPEN):
-        try:
-            flight = e._next_flight()
-        except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the get
-            e._kick_error = exc
-            wake(e.put_req)
-            return
-        if flight is not None:
-            flights.append(flight)
-            wake(e.put_req)
+        sent = send_next_flight(e)
+        if sent is not False:
+            if sent:
+                wake(e.put_req)
             return
     wake(e.read_slot)
+
+
+def send_next_flight(e: Engine) -> bool | None:
+    """Build and send the engine's next hop from outside the ioLoop (a put or a take that
+    found the ioLoop idle). True if one was sent, False if there was nothing to send; None
+    if building it failed: the error is kept for the ioLoop to raise (not the caller's
+    put or get), and the ioLoop is woken for it."""
+    try:
+        flight = e._next_flight()
+    except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it
+        e._kick_error = exc
+        wake(e.put_req)
+        return None
+    if flight is None:
+        return False
+    e._flights.append(flight)
+    return True
 
 
 def read_first(e: Engine) -> tuple[_Flight | None, bool, bool]:
