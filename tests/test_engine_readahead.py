@@ -133,3 +133,43 @@ async def test_reads_go_beside_sync_rounds(tmp_path: Path, monkeypatch: pytest.M
     assert 1 in beside, beside
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000) as q:
         assert q.qsize() == 0  # the last meta stored the consumer's final position
+
+
+async def test_a_failing_sync_round_does_not_starve_the_consumer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The meta cannot be stored (EIO) while appends still succeed: the failed round waits
+    # for its retry time (doubling up to a minute), and meanwhile busy producers keep the
+    # pending batch full. The consumer's reads must go on beside them: it takes its share
+    # while the producers put, not only once they stop.
+    import errno
+
+    from aiodiskqueue._core import store as _store
+    opts: dict[str, Any] = {"sync_every": 100, "sync_interval": 0.2, "read_buffer_bytes": 8192}
+    async with DiskQueue(tmp_path, "q", **opts) as q:
+        await q.put_many([b"x" * 100] * 20_000)
+    async with DiskQueue(tmp_path, "q", **opts) as q:
+        assert await q.get() == b"x" * 100
+
+        def no_meta(path: str, meta: object) -> None:
+            raise OSError(errno.EIO, "injected")
+
+        monkeypatch.setattr(_store, "store_meta", no_meta)
+        puts = [0]
+        budget = 16 * 20_000
+
+        async def produce() -> None:
+            while puts[0] < budget:
+                puts[0] += 1
+                await q.put(b"y" * 100)
+
+        producers = [asyncio.create_task(produce()) for _ in range(16)]
+        taken = 0
+        try:
+            while puts[0] < budget and taken < 15_000:
+                await asyncio.wait_for(q.get(), 30)
+                taken += 1
+            puts_then = puts[0]
+        finally:
+            await asyncio.gather(*producers, return_exceptions=True)
+            monkeypatch.undo()
+        assert taken == 15_000, f"the consumer took {taken} while {puts_then} were put"

@@ -296,7 +296,11 @@ def read_first(e: Engine) -> tuple[_Flight | None, bool, bool]:
     sent first would leave the round waiting as long as reads are due.
     """
     flights = e._flights
-    sync_first = not flights and sync_wanted(e) and lane_read_job(e) is not None
+    # Only a round that will run now goes first: while a failed one waits for its retry
+    # time, the job is a plain write, and holding the read back for it would starve the
+    # consumer for as long as producers keep the pending batch full.
+    sync_first = (not flights and sync_wanted(e) and e._sync_may_retry()
+                  and lane_read_job(e) is not None)
     if not sync_first and (not flights or (len(flights) == 1 and sync_only(flights[0]))):
         return lane_read(e), False, False
     if flights and not flights[0].on_lane and flights[-1].read is not None:
