@@ -14,7 +14,7 @@ import pytest
 
 from aiodiskqueue._format import space
 from aiodiskqueue.ack import log as ack_log
-from aiodiskqueue.ack.codec import done_record, head_record
+from aiodiskqueue.ack.codec import done_record, entry_record, head_record
 from aiodiskqueue.ack.log import AckLog, LogJob
 from aiodiskqueue.ack.queue import AckQueue
 
@@ -31,6 +31,11 @@ def _can_reserve(tmp_path: Path) -> bool:
         return space.reserve_past_end(fd, 0, 4096) is True
     finally:
         os.close(fd)
+
+
+def _write_until_refused(lg: AckLog, records: list[bytes]) -> None:
+    for _ in range(10):
+        lg.run(LogJob(records=records))
 
 
 @pytest.fixture
@@ -86,12 +91,8 @@ def test_on_a_full_disk_the_last_half_of_the_reserve_is_kept_for_a_commit(
     lg.open()
     monkeypatch.setattr(ack_log, "reserve_past_end", lambda fd, off, n: False)  # disk full
     records = [done_record(k, k) for k in range(1, 400)]  # ~10 KiB each job
-    def write_until_refused() -> None:
-        for _ in range(10):
-            lg.run(LogJob(records=records))
-
     with pytest.raises(OSError, match="kept for the next commit") as ei:
-        write_until_refused()
+        _write_until_refused(lg, records)
     assert ei.value.errno == errno.ENOSPC
     size = lg.size
     assert size <= RESERVE // 2 + 64  # what was written stayed in the first half
@@ -114,3 +115,46 @@ def test_the_reserve_is_a_share_of_a_data_segment_within_bounds() -> None:
     assert reserve(max_bytes_per_file=64 * 1024) == 64 * 1024
     assert reserve(max_bytes_per_file=2**30) == 4 * 2**20
     assert reserve(max_bytes_per_file=2**30, log_segment_bytes=1 << 20) == 1 << 20
+
+
+def test_on_a_full_disk_compaction_waits_and_commits_go_through(
+        reserving_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = AckLog(str(reserving_fs), "q", 1 << 20, RESERVE)
+    lg.open()
+    live = lg.run(LogJob(records=[entry_record(1, 1, 0, 0, 1, b"0123456789abcdef",
+                                               b"b" * 2000)])).locs[0]
+    monkeypatch.setattr(ack_log, "reserve_past_end", lambda fd, off, n: False)  # disk full
+    records = [done_record(k, k) for k in range(2, 400)]
+    with pytest.raises(OSError, match="kept for the next commit"):
+        _write_until_refused(lg, records)
+    for i in range(4):  # each commit also plans a compaction copy of the live entry
+        head = head_record(5, 5, 0, 0, 2)
+        res = lg.run(LogJob(records=[done_record(1000 + i, 1000 + i), head],
+                            copies=[(*live, 0, 1)], delete=[live[0]], sync=True))
+        assert res.copy_locs == [live]  # not copied: it stays where it is, as its segment
+    lg.close()
+    rec = AckLog(str(reserving_fs), "q", 1 << 20, RESERVE).open()
+    assert 1 in rec.entries and rec.commit == (5, 0, 0)
+
+
+def test_a_roll_that_fails_after_creating_the_segment_loses_no_later_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = AckLog(str(tmp_path), "q", 4096, 0)
+    lg.open()
+    records = [done_record(k, k) for k in range(1, 60)]
+    lg.run(LogJob(records=records))
+
+    def full(self: AckLog) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(AckLog, "_flush_head", full)  # the new segment gets no head
+        with pytest.raises(OSError, match="No space"):
+            _write_until_refused(lg, records)
+    assert lg.active == 1
+    lg.run(LogJob(records=[entry_record(999, 999, 0, 0, 1, b"0123456789abcdef", b"x")],
+                  sync=True))
+    lg.close()
+    rec = AckLog(str(tmp_path), "q", 4096, 0).open()
+    assert rec.cut_bytes == 0
+    assert 999 in rec.entries  # written after the failed roll, and read back

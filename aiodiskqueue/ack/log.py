@@ -129,6 +129,7 @@ class AckLog:
         self.reserve_bytes = reserve_bytes
         self._reserved_end = 0  # blocks of the active segment are allocated up to here
         self._starved = False  # the last top-up found the disk full
+        self._need_head = False  # the active segment lacks its head record (a failed roll)
         self.active = 0
         self.size = 0
         self.sizes: dict[int, int] = {}
@@ -255,7 +256,13 @@ class AckLog:
             reads.append(None if p is None else p[ENTRY.size:])
         locs = self._append(job.records) if job.records else []
         copy_locs: list[Loc | None] = []
-        if job.copies:
+        if job.copies and self._starved:
+            # Compaction waits while the disk is full: the copies would need the room kept
+            # for the commit. The entries stay where they are, and so does their segment.
+            copy_locs = [(seg, off, size) for seg, off, size, _, _ in job.copies]
+            kept = {seg for seg, _, _, _, _ in job.copies}
+            job.delete = [num for num in job.delete if num not in kept]
+        elif job.copies:
             payloads: list[bytes] = []
             for seg, off, size, due, attempts in job.copies:
                 p = self._read_or_none((seg, off, size))
@@ -320,9 +327,13 @@ class AckLog:
     def _append(self, payloads: list[bytes]) -> list[Loc]:
         if self._starved:
             self._check_room(payloads)
+        if self._need_head:
+            self._flush_head()  # a roll failed after creating the segment
+            self._need_head = False
         locs: list[Loc] = []
         buf = bytearray()
         start = self.size
+        start_seg = self.active
         limit = self.segment_bytes
         try:
             for p in payloads:
@@ -346,7 +357,14 @@ class AckLog:
                     self.next_key = max(self.next_key, nkey)
             self._write(buf)
         except OSError:
-            self._cut(start)
+            if self.active == start_seg:
+                self._cut(start)
+            else:
+                # A roll happened: what went into the older segment stays (a retry writes
+                # those records again, which replay takes as the same state); the new
+                # segment is emptied and gets its head before the next records.
+                self._cut(0)
+                self._need_head = True
             raise
         return locs
 
@@ -393,14 +411,17 @@ class AckLog:
         assert self._fd is not None
         os.fsync(self._fd)  # the older segment is complete and durable before the next starts
         os.ftruncate(self._fd, self.size)  # its reserve goes to the next segment
-        os.close(self._fd)
-        self._fd = None
         self._new_segment(self.active + 1)
         self._flush_head()
 
     def _new_segment(self, num: int) -> None:
+        """Create segment ``num`` and make it the active one. If it cannot be created, the
+        active segment stays as it was (still open)."""
+        fd = os.open(self.path(num), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = fd
         self.active = num
-        self._fd = os.open(self.path(num), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self.size = 0
         self.sizes[num] = 0
         self._dir_dirty = True
