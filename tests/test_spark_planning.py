@@ -297,6 +297,25 @@ def test_settled_drained_queue_sees_new_records(tmp_path: Path) -> None:
     assert sorted(r[3] for r in rows) == [b"ab", b"cd"]
 
 
+def test_a_drained_queue_whose_holder_died_is_read_past_its_meta(tmp_path: Path) -> None:
+    drained_queues(tmp_path, 1)
+    lay = Layout(str(tmp_path), "ev-0000")
+    holder = QueueLock(lay.lock_path)
+    holder.acquire()
+    # The holder appends a record and dies before storing its meta: no file changes after.
+    with open(lay.segment_path(0), "ab") as f:
+        f.write(b"\x00\x00\x00\x02ab")
+    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == {}  # held: up to its meta
+    holder.release()
+    for _ in range(2):
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {"ev-0000": [0, 11]}
+    rows = rows_of(reader.options, list(reader.partitions(start, end)))  # type: ignore[arg-type]
+    assert [r[3] for r in rows] == [b"ab"]
+
+
 def test_small_queues_share_partitions(tmp_path: Path) -> None:
     for k in range(60):
         asyncio.run(fill(tmp_path, f"ev-{k:03d}", [b"q%03d-%d" % (k, i) for i in range(10)]))

@@ -277,10 +277,13 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                         end[queue] = list(begin)
                 elif view.drained and begin == view.end:
                     self._drained(queue, view, files)
-                    if skip_idle and queue not in start:
+                    # Only a queue nobody holds is skipped later: a held one ends at its
+                    # holder's meta, and if the holder dies before storing the next one,
+                    # no file changes, yet the records after that meta are there to read.
+                    if skip_idle and queue not in start and view.holder is None:
                         self._idle[queue] = files
                         last = max(files.sizes, default=-1)
-                        if view.holder is None and view.end == (last, files.sizes.get(last)):
+                        if view.end == (last, files.sizes.get(last)):
                             self._settled[queue] = files
                 continue
             if opts.consume:
