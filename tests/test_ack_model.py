@@ -25,10 +25,14 @@ SEEDS = int(os.environ.get("ACK_MODEL_SEEDS", "6"))
 
 
 def snapshot(src: Path, dest: Path) -> None:
+    """Copy the files of a running queue, as a crash would leave them."""
     dest.mkdir()
     for f in sorted(src.iterdir()):
-        if f.is_file():
-            (dest / f.name).write_bytes(f.read_bytes())
+        try:
+            if f.is_file():
+                (dest / f.name).write_bytes(f.read_bytes())
+        except FileNotFoundError:
+            pass  # deleted by the queue's I/O thread after the listing: gone, as after a crash
 
 
 async def drain_copy(directory: Path, wall_ns: int) -> tuple[dict[int, int], list[str]]:
