@@ -188,12 +188,18 @@ def drained_queues(directory: Path, count: int) -> None:
             f.write(b"0\n0,5\n0,5\n")
 
 
+def live_beside_drained(directory: Path, drained: int) -> tuple[DiskQueueStreamReader, Any]:
+    """A consuming stream over one live queue of 100 records beside ``drained`` drained
+    ones; the reader and its initial offset."""
+    drained_queues(directory, drained)
+    asyncio.run(fill(directory, "ev-live", [b"l%03d" % i for i in range(100)]))
+    reader = DiskQueueStreamReader(options(directory, "ev-*", consume="true"))
+    return reader, reader.initialOffset()
+
+
 def test_one_listing_per_trigger_and_drained_queues_cost_no_open(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drained_queues(tmp_path, 200)
-    asyncio.run(fill(tmp_path, "ev-live", [b"l%03d" % i for i in range(100)]))
-    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
-    start = reader.initialOffset()
+    reader, start = live_beside_drained(tmp_path, 200)
     assert list(start) == ["ev-live"]  # drained queues stay out of the offsets
     end = reader.latestOffset(start, ReadMaxRows(40))
     reader.partitions(start, end)
@@ -254,10 +260,7 @@ class _CountingEntry:
 
 def test_settled_drained_queue_costs_one_stat_and_release_lists_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drained_queues(tmp_path, 50)
-    asyncio.run(fill(tmp_path, "ev-live", [b"l%03d" % i for i in range(100)]))
-    reader = DiskQueueStreamReader(options(tmp_path, "ev-*", consume="true"))
-    start = reader.initialOffset()
+    reader, start = live_beside_drained(tmp_path, 50)
     first = reader.latestOffset(start, ReadMaxRows(10))
     reader.partitions(start, first)
     second = reader.latestOffset(first, ReadMaxRows(10))  # releases ``first``
