@@ -116,14 +116,18 @@ async def test_req_delay_above_the_maximum_is_clamped(make_broker: MakeBroker,
     assert channel_stats(server, "clamp", "ch")["requeue_count"] == 1
 
 
+@pytest.mark.parametrize("timeout", [b"abc", b"-5"])
 async def test_req_with_a_non_numeric_timeout_is_e_invalid(broker: BrokerServer,
-                                                           raw_clients: list[RawClient]) -> None:
-    # nsqd parses the timeout before looking the id up: E_INVALID (fatal), not E_REQ_FAILED.
+                                                           raw_clients: list[RawClient],
+                                                           timeout: bytes) -> None:
+    # nsqd parses the timeout (digits only, no sign) before looking the id up:
+    # E_INVALID (fatal), not E_REQ_FAILED.
     c = await connect(broker.tcp_port, raw_clients)
     await c.sub("rqbad", "ch")
-    c.send(b"REQ 0123456789abcdef abc")
+    c.send(b"REQ 0123456789abcdef " + timeout)
     f = await c.read()
-    assert (f.type, f.data) == (FRAME_ERROR, b'E_INVALID REQ could not parse timeout "abc"')
+    assert (f.type, f.data) == (FRAME_ERROR,
+                                b'E_INVALID REQ could not parse timeout "' + timeout + b'"')
     assert await c.closed_by_server()
 
 

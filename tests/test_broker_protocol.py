@@ -101,6 +101,11 @@ def test_parse_int(raw: bytes, value: int | None) -> None:
     assert parse_int(raw) == value
 
 
+def test_parse_int_unsigned_refuses_a_sign() -> None:
+    assert parse_int(b"-5", signed=False) is None
+    assert parse_int(b"5", signed=False) == 5
+
+
 def test_message_id_must_be_16_bytes() -> None:
     assert check_message_id(b"0123456789abcdef") == b"0123456789abcdef"
     with pytest.raises(ClientError) as ei:

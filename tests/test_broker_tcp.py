@@ -263,6 +263,7 @@ FATAL_CASES = [
      b"E_BAD_MESSAGE MPUB message too big 2000 > 1024"),
     (b"DPUB t 99999999999\n", b"E_INVALID DPUB timeout 99999999999 out of range 0-3600000"),
     (b"DPUB t soon\n", b'E_INVALID DPUB could not parse timeout "soon"'),
+    (b"DPUB t -5\n", b'E_INVALID DPUB could not parse timeout "-5"'),
     (b"SUB t bad:channel\n", b'E_BAD_CHANNEL SUB channel name "bad:channel" is not valid'),
     (b"SUB t\n", b"E_INVALID SUB insufficient number of parameters"),
     (b"RDY 5\n", b"E_INVALID cannot RDY in current state"),
@@ -280,7 +281,7 @@ FATAL_CASES = [
     ("data", "expected"), FATAL_CASES,
     ids=["unknown-command", "bad-topic", "long-topic", "pub-no-topic", "oversize-body",
          "zero-body", "negative-body", "mpub-body-too-big", "mpub-zero-count", "mpub-msg-too-big",
-         "dpub-range", "dpub-parse", "bad-channel", "sub-params", "rdy-before-sub",
+         "dpub-range", "dpub-parse", "dpub-signed", "bad-channel", "sub-params", "rdy-before-sub",
          "fin-before-sub", "cls-before-sub", "identify-bad-json", "identify-too-big",
          "auth", "line-too-long"],
 )

@@ -110,11 +110,15 @@ def decode_name(raw: bytes) -> str | None:
     return name if is_valid_name(name) else None
 
 
-def parse_int(raw: bytes) -> int | None:
-    """Parse a base-10 integer parameter (optional leading ``-``); None if malformed."""
+def parse_int(raw: bytes, *, signed: bool = True) -> int | None:
+    """Parse a base-10 integer parameter; None if malformed.
+
+    A leading ``-`` is accepted only if ``signed`` (nsqd parses RDY's count as a
+    signed number but REQ's and DPUB's timeouts as digits only).
+    """
     if not raw or len(raw) > 19:
         return None
-    digits = raw[1:] if raw[:1] == b"-" else raw
+    digits = raw[1:] if signed and raw[:1] == b"-" else raw
     if not digits.isdigit():
         return None
     return int(raw)

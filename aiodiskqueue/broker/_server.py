@@ -356,7 +356,7 @@ class Connection(ReplyWriter):
 
     async def _req(self, params: list[bytes]) -> Reply:
         msg_id = self._settle_params(params, "REQ", 3)
-        ms = parse_int(params[2])
+        ms = parse_int(params[2], signed=False)
         if ms is None:
             raise ClientError("E_INVALID", f"REQ could not parse timeout {_show(params[2])}")
         # As nsqd: a delay out of range is clamped (pynsq's backoff passes 1 h
@@ -416,7 +416,7 @@ class Connection(ReplyWriter):
 
     async def _dpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "DPUB", 3)
-        ms = parse_int(params[2])
+        ms = parse_int(params[2], signed=False)
         if ms is None:
             raise ClientError("E_INVALID", f"DPUB could not parse timeout {_show(params[2])}")
         mx = round(self.broker.options.max_req_timeout * 1000)
