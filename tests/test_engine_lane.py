@@ -400,14 +400,17 @@ class _HeldSync:
         monkeypatch.setattr(_store.SegmentStore, "sync", sync)
 
 
+@pytest.mark.parametrize("inline_writes", [True, False], ids=["inline", "polled"])
 async def test_producers_do_not_wait_for_the_sync_round(
-        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    q = await make_queue(inline_writes=True, sync_every=20, sync_interval=3600.0)
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inline_writes: bool) -> None:
+    q = await make_queue(inline_writes=inline_writes, sync_every=20, sync_interval=3600.0)
     await q.put(b"first")  # creates the segment and stores the first meta
     held = _HeldSync(monkeypatch)
     before = q.statistics().syncs
     # At 10 puts (half of sync_every) a sync round starts on the I/O thread, held there;
-    # 9 more puts are written inline beside it, each on disk when its put() returns ...
+    # 9 more puts are written beside it (inline, or polled on the writer thread), each
+    # on disk when its put() returns ...
     for i in range(19):
         await asyncio.wait_for(q.put(b"m%02d" % i), 5)
         assert records((tmp_path / seg_name("q", 0)).read_bytes())[-1] == b"m%02d" % i
@@ -424,10 +427,12 @@ async def test_producers_do_not_wait_for_the_sync_round(
     assert [await q.get() for _ in range(21)] == [b"first"] + [b"m%02d" % i for i in range(20)]
 
 
+@pytest.mark.parametrize("inline_writes", [True, False], ids=["inline", "polled"])
 async def test_a_sync_round_beside_inline_writes_stores_a_consistent_meta(
-        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inline_writes: bool) -> None:
     from helpers_format import read_meta
-    q = await make_queue(inline_writes=True, sync_every=10, sync_interval=3600.0)
+    q = await make_queue(inline_writes=inline_writes, sync_every=10, sync_interval=3600.0)
     await q.put(b"first")
     await q.get()  # the read position moves: the next sync round stores a meta
     held = _HeldSync(monkeypatch)

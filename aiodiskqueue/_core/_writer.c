@@ -64,6 +64,7 @@ typedef struct {
     _Atomic int sleeping;
     _Atomic int signaled;
     _Atomic int stop;
+    int claimed;         /* poll() took `signaled`: no eventfd write to read (loop only) */
     int efd;
     int started;
     long long spin_max_ns;
@@ -90,12 +91,15 @@ cpu_relax(void)
 
 /* Wait until a job is submitted past `done` or stop is set. Spins first, for a
  * window that adapts like the kernel's haltpoll governor: it doubles when work came
- * soon after the worker went idle and halves when it did not. */
+ * soon after the worker went idle and halves when it did not. Not after a job that
+ * ended with an fdatasync (`synced`): the next batch of a queue that syncs every write
+ * comes only once the loop has woken its producers and gathered their puts, later
+ * than a spin is worth, so the thread sleeps at once (and the window is kept). */
 static void
-wait_for_work(Writer *w, unsigned long long done)
+wait_for_work(Writer *w, unsigned long long done, int synced)
 {
     long long t0 = now_ns();
-    long long spin = w->spin_ns;
+    long long spin = synced ? 0 : w->spin_ns;
     while (spin > 0 && atomic_load(&w->submitted) == done && !atomic_load(&w->stop)) {
         if (now_ns() - t0 >= spin)
             break;
@@ -109,7 +113,7 @@ wait_for_work(Writer *w, unsigned long long done)
         atomic_store(&w->sleeping, 0);
         pthread_mutex_unlock(&w->mu);
     }
-    if (w->spin_max_ns <= 0)
+    if (w->spin_max_ns <= 0 || synced)
         return;
     if (now_ns() - t0 <= w->spin_max_ns) {
         long long grown = w->spin_ns < SPIN_MIN_NS ? SPIN_MIN_NS : w->spin_ns * 2;
@@ -210,14 +214,17 @@ worker_main(void *arg)
 {
     Writer *w = arg;
     unsigned long long done = 0;
+    int synced = 0;
     for (;;) {
         if (atomic_load(&w->submitted) == done) {
             if (atomic_load(&w->stop))
                 return NULL;
-            wait_for_work(w, done);
+            wait_for_work(w, done, synced);
             continue;
         }
-        run_job(&w->ring[done % RING]);
+        job_t *j = &w->ring[done % RING];
+        run_job(j);
+        synced = j->sync; /* read before the job is published: the loop may reap it */
         done++;
         atomic_store(&w->completed, done);
         if (!atomic_exchange(&w->signaled, 1)) {
@@ -437,14 +444,61 @@ Writer_write_records(Writer *w, PyObject *args)
     return Py_BuildValue("(Lii)", written, err, 0);
 }
 
+/* Wait on the calling thread (the event loop), the GIL released, for up to
+ * `timeout_ns` until the oldest job not yet reaped is done: 1 if it is (reap() now
+ * gives it), 0 if not by then, -1 if nothing is in flight or the writer thread is
+ * asleep (its wake-up alone takes longer than a poll should). While it waits it holds
+ * `signaled`, so the writer thread skips the eventfd write for what it finishes: the
+ * loop neither sleeps in epoll nor is woken for a job it collects itself. On a
+ * timeout it gives `signaled` back and looks once more, so a job finished meanwhile is
+ * either seen here or signalled through the eventfd. */
+static PyObject *
+Writer_poll(Writer *w, PyObject *arg)
+{
+    long long timeout_ns = PyLong_AsLongLong(arg);
+    if (timeout_ns == -1 && PyErr_Occurred())
+        return NULL;
+    if (atomic_load(&w->submitted) == w->reaped)
+        return PyLong_FromLong(-1);
+    unsigned long long want = w->reaped + 1;
+    if (atomic_load(&w->completed) >= want)
+        return PyLong_FromLong(1);
+    int claimed = !atomic_exchange(&w->signaled, 1);
+    int done = 0;
+    Py_BEGIN_ALLOW_THREADS
+    long long t0 = now_ns();
+    for (;;) {
+        if (atomic_load(&w->completed) >= want) {
+            done = 1;
+            break;
+        }
+        if (now_ns() - t0 >= timeout_ns)
+            break;
+        cpu_relax();
+    }
+    Py_END_ALLOW_THREADS
+    if (claimed) {
+        if (done) {
+            w->claimed = 1; /* reap() clears `signaled`; the eventfd was not written */
+        } else {
+            atomic_store(&w->signaled, 0);
+            done = atomic_load(&w->completed) >= want;
+            if (done && atomic_exchange(&w->signaled, 1) == 0)
+                w->claimed = 1;
+        }
+    }
+    return PyLong_FromLong(done);
+}
+
 static PyObject *
 Writer_reap(Writer *w, PyObject *Py_UNUSED(ignored))
 {
     unsigned long long buf;
-    if (w->efd >= 0) {
+    if (w->efd >= 0 && !w->claimed) {
         ssize_t r = read(w->efd, &buf, sizeof buf); /* nonblocking: EAGAIN when not signaled */
         (void)r;
     }
+    w->claimed = 0;
     atomic_store(&w->signaled, 0);
     unsigned long long c = atomic_load(&w->completed);
     PyObject *out = PyList_New(0);
@@ -539,6 +593,9 @@ static PyMethodDef Writer_methods[] = {
      "now on the calling thread (GIL released), while no job is queued."},
     {"reap", (PyCFunction)Writer_reap, METH_NOARGS,
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
+    {"poll", (PyCFunction)Writer_poll, METH_O,
+     "poll(timeout_ns) -> 1 if the oldest job in flight is done (waiting up to timeout_ns,\n"
+     "GIL released, for it), 0 if not, -1 if none is in flight or the thread is asleep."},
     {"fileno", (PyCFunction)Writer_fileno, METH_NOARGS,
      "fileno() -> the eventfd that becomes readable when jobs are done."},
     {"inflight", (PyCFunction)Writer_inflight, METH_NOARGS,

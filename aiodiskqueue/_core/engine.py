@@ -183,6 +183,9 @@ class Engine(ErrorPaths):
                         flights.append(flight)
                         continue
                 if flights:
+                    first = flights[0]
+                    if first.lane is not None and not first.job.sync and not first.fut.done():
+                        self.lane.poll()  # type: ignore[union-attr]
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
                     self._complete(await _lane.next_done(flights))
@@ -236,12 +239,7 @@ class Engine(ErrorPaths):
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
             return self._dispatch_lane(job, self.write_at[1], size)
-        flight = self._dispatch(job)
-        if (not flights and self.opts.inline_writes and self.native_lane and self.sync_every != 1
-                and job.payloads is None
-                and job.read_from is None and not job.reset_writer):
-            self._beside = flight  # a sync round only: inline writes may run beside it
-        return flight
+        return self._dispatch(job)
 
     def kick(self) -> bool:
         """Called when a put lands in an empty pending batch. With nothing in flight,

@@ -1,22 +1,25 @@
-"""Inline writes: small batches written on the event loop's thread, no hand-off.
+"""Writes from the loop: a small batch written and applied by one callback, no ioLoop step.
 
 A single producer awaiting each ``put()`` leaves the loop with nothing to do while
-its record is written, so handing the write to another thread only adds the
-hand-off: on a VM whose idle vCPUs halt, a thread wake-up costs tens of
-microseconds, and the writer that polls instead to avoid it keeps a second core
-busy. So when a put lands in an empty batch while nothing is in flight, the engine
-schedules :func:`flush` at the end of the loop iteration (``call_soon``): the
-producers that were ready in the same iteration append their puts first and share
-one ``pwritev`` (records framed in C, the GIL released while it runs). Then the
-batch's bookkeeping is applied and its producers are woken by the same callback.
-``await put()`` still returns only after its record is written to the OS.
+its record is written, so the round trip through the ioLoop and the writer thread's
+eventfd only adds wake-ups: on a VM whose idle vCPUs halt, each costs tens of
+microseconds. So when a put lands in an empty batch while nothing is in flight, the
+engine schedules :func:`flush` at the end of the loop iteration (``call_soon``): the
+producers that were ready in the same iteration append their puts first, and the
+batch is written in one go, by default on the native writer thread while the loop
+polls for it for at most ``lane.POLL_WAIT_NS`` (:meth:`.lane.WriteLane.write_polled`),
+with ``inline_writes=True`` by the loop itself (one ``pwritev``, records framed in C,
+the GIL released while it runs). Then the batch's bookkeeping is applied and its
+producers are woken by the same callback. A polled write that outlasts the poll
+becomes a lane flight like any other, applied by the ioLoop when the eventfd says it
+is done. ``await put()`` still returns only after its record is written to the OS.
 
-What stays off the loop: batches over :data:`INLINE_MAX` bytes (the native writer
+What stays off this path: batches over :data:`INLINE_MAX` bytes (the native writer
 thread writes them while the loop runs), every ``fdatasync``, the meta file, rolling
 to a new segment, reads, and the first write after a failed one (the I/O thread cuts
-the segment back). If the kernel starts throttling writes (:data:`INLINE_SLOW`
-inline writes in a row slower than :data:`INLINE_STALL`), the next batches go to
-the writer thread for :data:`INLINE_BACKOFF` seconds, so other tasks on the loop
+the segment back). If the kernel starts throttling inline writes
+(:data:`INLINE_SLOW` in a row slower than :data:`INLINE_STALL`), the next batches go
+to the writer thread for :data:`INLINE_BACKOFF` seconds, so other tasks on the loop
 are not held up behind the disk.
 
 The periodic sync round does not hold producers up either: once half of
@@ -29,7 +32,7 @@ and at most ``sync_every`` messages are ever written but not yet fsynced, as bef
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._format.codec import HEADER_SIZE, index
 from . import lane as _lane
@@ -60,8 +63,14 @@ def can_schedule(e: Engine) -> bool:
     """May a put that landed in an empty batch be left to :func:`flush`? Only while
     nothing is in flight but a sync round (the ioLoop parked otherwise), and never with
     ``sync_every=1`` (there the puts the ioLoop gathers share one fsync)."""
-    return (e.opts.inline_writes and _free(e) and e.sync_every != 1 and e._kick_error is None
-            and e.lane is not None)
+    return enabled(e) and _free(e) and e._kick_error is None
+
+
+def enabled(e: Engine) -> bool:
+    """Does ``e`` write small batches from the loop (inline, or polled on the native
+    writer) rather than through the ioLoop? Wherever the native writer is, except
+    with ``sync_every=1``."""
+    return e.lane is not None and e.sync_every != 1
 
 
 def _free(e: Engine) -> bool:
@@ -94,22 +103,40 @@ def flush(e: Engine) -> None:
                                       or e._sync_round_due())
     payloads, waiters = e.pending, e.put_waiters
     e.pending, e.put_waiters, e.pending_bytes = [], [], 0
-    n = len(payloads)
-    e.since_sync += n
-    t0 = time.perf_counter()
+    e.since_sync += len(payloads)
     try:
-        _written, werr, _ = lane.write_now(fd, payloads, pos)
+        if e.opts.inline_writes:
+            t0 = time.perf_counter()
+            outcome = lane.write_now(fd, payloads, pos)
+            _pace(e, time.perf_counter() - t0)
+        else:
+            hop = lane.write_polled(fd, payloads, pos)
     except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
         e._batch_waiters = waiters  # failed by the ioLoop's close
         e._kick_error = exc
         wake(e.put_req)
         return
-    _pace(e, time.perf_counter() - t0)
     e._lane_end = pos + size
-    if werr:
-        _failed(e, payloads, waiters, file_num, pos, size, (_written, werr, 0))
+    if not e.opts.inline_writes:
+        if not hop.done():
+            # The writer is still at it: a lane write in flight like any other, applied by
+            # the ioLoop once the eventfd says it is done (after a sync round beside it).
+            e._flights.append(_lane_flight(e, payloads, waiters, hop, file_num, pos, size))
+            wake(e.put_req)
+            return
+        outcome = hop.result()
+    applied(e, payloads, waiters, file_num, pos, size, outcome, sync_due)
+
+
+def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
+            file_num: int, pos: int, size: int, outcome: LaneResult, sync_due: bool) -> None:
+    """Apply a batch that :func:`flush` wrote (``outcome``: written, errno, 0): the success
+    case of Engine._apply for a lane append, without the hop's objects; a failure as a
+    failed lane write."""
+    n = len(payloads)
+    if outcome[1]:
+        _failed(e, payloads, waiters, file_num, pos, size, outcome)
         return
-    # The success case of Engine._apply for a lane append, without the hop's objects.
     if e._beside is None:
         st = e.store
         st.appended(size, False)
@@ -166,10 +193,16 @@ def start_sync_round(e: Engine) -> None:
     the writes beside it reach the store (see :func:`settle`)."""
     e._sync_at = half(e)  # the round is due at half of sync_every
     try:
-        flight = e._next_flight()  # marks it as the round beside inline writes
+        flight = e._next_flight()
     finally:
         e._sync_at = e.sync_every
     if flight is not None:
+        job = flight.job
+        if (not flight.on_lane and job.payloads is None and job.read_from is None
+                and not job.reset_writer):
+            # A sync round only: writes from the loop may run beside it. The ioLoop's own
+            # rounds (by time, or for a consumer) are not: lane reads go beside those.
+            e._beside = flight
         e._flights.append(flight)
         wake(e.put_req)
 
@@ -188,16 +221,22 @@ def settle(e: Engine, flight: _Flight) -> JobResult:
     return res
 
 
-def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
-            file_num: int, pos: int, size: int, outcome: LaneResult) -> None:
-    """Apply an inline write that failed as a failed lane write: its batch fails, and
-    the ioLoop wakes to cut the segment back before anything else is written."""
+def _lane_flight(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
+                 fut: Hop[Any], file_num: int, pos: int, size: int) -> _Flight:
+    """The lane flight that a batch written by :func:`flush` stands for."""
     from .engine import _Flight, _LaneWrite
 
+    return _Flight(Job(payloads=payloads), fut, e.epoch, waiters, [],
+                   _LaneWrite(file_num, pos, size))
+
+
+def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
+            file_num: int, pos: int, size: int, outcome: LaneResult) -> None:
+    """Apply a write of :func:`flush` that failed as a failed lane write: its batch
+    fails, and the ioLoop wakes to cut the segment back before anything else is written."""
     done: Hop[None] = Hop(loop=e.loop)  # stands in for a hop that already ran
     done.set_result(None)
-    flight = _Flight(Job(payloads=payloads), done, e.epoch, waiters, [],
-                     _LaneWrite(file_num, pos, size))
+    flight = _lane_flight(e, payloads, waiters, done, file_num, pos, size)
     res = _lane.lane_result(e, flight, outcome)
     if e._beside is not None:  # the store does not know the writes beside it yet
         res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk

@@ -78,7 +78,7 @@ class Options:
     read_buffer_bytes: int = 4 * MiB
     write_buffer_bytes: int = 16 * MiB
     strict: bool = False
-    spin_us: int = 100
+    spin_us: int = 250
     inline_writes: bool = False
 
     def __post_init__(self) -> None:

@@ -1,0 +1,178 @@
+"""Polled writes, the default write path with the native writer: a small batch is handed
+to the writer thread and the loop waits briefly for it (``WriteLane.poll``) instead of
+sleeping until the eventfd wakes it. A write that takes longer than the wait completes
+through the eventfd as any lane write; nothing is lost or reordered either way."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import select
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MakeQueue
+from helpers_format import read_meta, read_queue, records, seg_name
+
+from aiodiskqueue import DiskQueue
+from aiodiskqueue._core import lane as _lane
+
+
+@pytest.fixture(autouse=True)
+def _native(monkeypatch: pytest.MonkeyPatch) -> None:
+    # These tests are about the native writer: run them with it in the pure-Python pass too.
+    monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_poll_with_nothing_in_flight_says_so(tmp_path: Path) -> None:
+    assert _lane.Writer is not None
+    w = _lane.Writer(100)
+    try:
+        assert w.poll(1_000_000) == -1
+    finally:
+        w.close()
+
+
+def test_every_job_is_either_collected_by_poll_or_signalled(tmp_path: Path) -> None:
+    # The writer skips the eventfd for a job that a poll collects; a poll that gives up
+    # hands the signal back. Whatever the timing, no job may end neither polled nor
+    # signalled: the loop would never learn of it and its puts would hang.
+    assert _lane.Writer is not None
+    rnd = random.Random(7)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    w = _lane.Writer(rnd.choice([0, 20, 100]))
+    efd = w.fileno()
+    polled = signalled = 0
+    offset = 0
+    written: list[bytes] = []
+    try:
+        for i in range(400):
+            payloads = [b"%04d" % i * rnd.randint(1, 300)] * rnd.randint(1, 8)
+            total = w.submit_records(fd, payloads, offset, False)
+            written += payloads
+            offset += total
+            hit = w.poll(rnd.choice([0, 1_000, 5_000, 50_000]))
+            assert hit in (0, 1)
+            if hit:
+                polled += 1
+                assert w.reap() == [(total, 0, 0)]
+                assert not _readable(efd, 0)  # collected here: the eventfd was not written
+            else:
+                signalled += 1
+                assert _readable(efd, 10), f"job {i} finished but was never signalled"
+                got: list[tuple[int, int, int]] = []
+                while not got:
+                    got = w.reap()
+                assert got == [(total, 0, 0)]
+            assert w.inflight() == 0
+    finally:
+        w.close()
+        os.close(fd)
+    assert polled + signalled == 400
+    assert records((tmp_path / "f").read_bytes()) == written
+
+
+def _polls(monkeypatch: pytest.MonkeyPatch, wait_ns: int) -> list[int]:
+    """Set the lane's poll window; the outcomes of the writer's polls go into the list."""
+    monkeypatch.setattr(_lane, "POLL_WAIT_NS", wait_ns)
+    outcomes: list[int] = []
+    real = _lane.WriteLane.__init__
+
+    def init(lane: _lane.WriteLane, *args: Any) -> None:
+        real(lane, *args)
+        w = lane._w
+
+        class Spy:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(w, name)
+
+            def poll(self, timeout_ns: int) -> int:
+                hit = w.poll(timeout_ns)
+                outcomes.append(hit)
+                return hit
+
+        lane._w = Spy()  # type: ignore[assignment]
+
+    monkeypatch.setattr(_lane.WriteLane, "__init__", init)
+    return outcomes
+
+
+async def test_a_single_awaiting_producer_is_answered_by_the_poll(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A poll window far longer than any write: every put is collected by the loop's poll,
+    # and its record is on disk when put() returns, as on every write path.
+    outcomes = _polls(monkeypatch, 5_000_000_000)
+    q = await make_queue(sync_interval=3600.0)
+    path = tmp_path / seg_name("q", 0)
+    await q.put(b"first")  # creates the segment, on the I/O thread
+    for i in range(200):
+        await q.put(b"m%03d" % i)
+        assert records(path.read_bytes())[-1] == b"m%03d" % i
+    assert outcomes.count(1) >= 200 and 0 not in outcomes
+    assert [await q.get() for _ in range(201)] == [b"first"] + [b"m%03d" % i for i in range(200)]
+
+
+@pytest.mark.parametrize("sync_every", [20, 2500])
+async def test_polls_that_give_up_lose_and_reorder_nothing(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        sync_every: int) -> None:
+    # A window of 1 ns: nearly every write outlasts the poll and completes through the
+    # eventfd as a lane flight the ioLoop applies, beside sync rounds (sync_every=20)
+    # started by the loop's own writes, across segment rolls.
+    outcomes = _polls(monkeypatch, 1)
+    q = await make_queue(max_bytes_per_file=20_000, sync_every=sync_every)
+
+    async def producer(p: int) -> None:
+        for i in range(150):
+            await q.put(b"p%02d-%04d-" % (p, i) + bytes([65 + p]) * (i % 50))
+
+    await asyncio.gather(*(producer(p) for p in range(8)))
+    for i in range(300):
+        await q.put(b"s%04d" % i)
+    await q.sync()
+    assert 0 in outcomes
+    stored = read_queue(tmp_path, "q")
+    assert len(stored) == 8 * 150 + 300
+    for p in range(8):
+        mine = [m for m in stored if m.startswith(b"p%02d-" % p)]
+        assert mine == [b"p%02d-%04d-" % (p, i) + bytes([65 + p]) * (i % 50) for i in range(150)]
+    assert stored[-300:] == [b"s%04d" % i for i in range(300)]
+    if sync_every == 20:
+        assert q.statistics().syncs >= (8 * 150 + 300) // 20 // 2
+    got = [await q.get() for _ in range(len(stored))]
+    assert got == stored
+    await q.aclose()
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=20_000) as again:
+        assert again.qsize() == 0
+
+
+async def test_a_poll_that_gives_up_beside_a_held_sync_round_keeps_the_meta_consistent(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_engine_lane import _HeldSync
+    _polls(monkeypatch, 1)
+    q = await make_queue(sync_every=10, sync_interval=3600.0)
+    await q.put(b"first")
+    await q.get()  # the read position moves: the next sync round stores a meta
+    held = _HeldSync(monkeypatch)
+
+    async def release_soon() -> None:
+        await asyncio.to_thread(held.started.wait, 10)
+        await asyncio.sleep(0.3)
+        held.release.set()
+
+    releaser = asyncio.create_task(release_soon())
+    for i in range(15):
+        await asyncio.wait_for(q.put(b"m%02d" % i), 10)
+    await releaser
+    await q.sync()
+    meta = read_meta(tmp_path, "q")
+    data = (tmp_path / seg_name("q", 0)).read_bytes()
+    assert records(data) == [b"first"] + [b"m%02d" % i for i in range(15)]
+    assert len(records(data[meta.read_pos:meta.write_pos])) == meta.depth == 15
+    assert [await q.get() for _ in range(15)] == [b"m%02d" % i for i in range(15)]
