@@ -67,6 +67,7 @@ class _LaneWrite:
     file_num: int
     pos: int
     total: int  # bytes, headers included
+    from_loop: bool = False  # sent by inline.flush, whose poll gave up: it applies it
 
 
 class Engine(ErrorPaths):
@@ -96,6 +97,7 @@ class Engine(ErrorPaths):
         self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
         self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
         self._beside: _Flight | None = None  # a sync round that inline writes run beside
+        self._beside_wake: asyncio.Future[None] | None = None  # see inline.await_beside
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
         self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
         self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
@@ -183,9 +185,8 @@ class Engine(ErrorPaths):
                         flights.append(flight)
                         continue
                 if flights:
-                    first = flights[0]
-                    if first.lane is not None and not first.job.sync and not first.fut.done():
-                        self.lane.poll()  # type: ignore[union-attr]
+                    if not await _inline.before_next_done(self):
+                        continue  # a write from the loop joined the sync round in flight
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
                     self._complete(await _lane.next_done(flights))
@@ -242,17 +243,8 @@ class Engine(ErrorPaths):
         return self._dispatch(job)
 
     def kick(self) -> bool:
-        """Called when a put lands in an empty pending batch. With nothing in flight,
-        schedule an inline write at the end of this loop iteration and return True (the
-        ioLoop need not wake); else send the batch as a second lane write while one
-        runs, so the writer works while the loop runs the producers."""
-        if _inline.can_schedule(self):
-            if not self._flush_soon:
-                self._flush_soon = True
-                self.loop.call_soon(_inline.flush, self)  # type: ignore[union-attr]
-            return True
-        _inline.kick_lane(self)
-        return False
+        """Called when a put lands in an empty pending batch: see :func:`.inline.kick`."""
+        return _inline.kick(self)
 
     def _full_hop_due(self) -> bool:
         """Is something due that only a hop built with no flight out can do (a sync
@@ -320,6 +312,11 @@ class Engine(ErrorPaths):
                 res = _lane.read_result(self, flight)
             elif flight.lane is None:
                 res = flight.fut.result()
+            elif flight.lane.from_loop:
+                # A write from the loop that outlasted its poll (perhaps done while the sync
+                # round beside which it was sent still runs): applied as a caught one is.
+                _inline.finished(self, flight)
+                return
             else:
                 res = _lane.lane_result(self, flight)
         except BaseException as exc:

@@ -31,6 +31,7 @@ and at most ``sync_every`` messages are ever written but not yet fsynced, as bef
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +43,6 @@ from .lane import LaneResult
 from .store import Job, JobResult
 
 if TYPE_CHECKING:
-    import asyncio
-
     from .engine import Engine, _Flight
 
 #: A batch of at most this many bytes (records, headers included) is written inline.
@@ -119,10 +118,12 @@ def flush(e: Engine) -> None:
     e._lane_end = pos + size
     if not e.opts.inline_writes:
         if not hop.done():
-            # The writer is still at it: a lane write in flight like any other, applied by
-            # the ioLoop once the eventfd says it is done (after a sync round beside it).
-            e._flights.append(_lane_flight(e, payloads, waiters, hop, file_num, pos, size))
-            wake(e.put_req)
+            # The writer is still at it: a lane write in flight, which the ioLoop hands to
+            # finished() once the eventfd says it is done (even before a sync round
+            # beside it: the producers never wait for that round).
+            e._flights.append(_lane_flight(e, payloads, waiters, hop, file_num, pos, size,
+                                           from_loop=True))
+            wake(e.put_req if e._beside_wake is None else e._beside_wake)
             return
         outcome = hop.result()
     applied(e, payloads, waiters, file_num, pos, size, outcome, sync_due)
@@ -164,6 +165,22 @@ def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
         start_sync_round(e)
     elif e.timer is None or e.timer.done():
         wake(e.put_req)  # the ioLoop arms the periodic sync timer
+
+
+def kick(e: Engine) -> bool:
+    """A put landed in ``e``'s empty pending batch. With nothing in flight, schedule
+    :func:`flush` at the end of this loop iteration and return True (the ioLoop need not
+    wake); else send the batch as a second lane write while one runs, so the writer
+    works while the loop runs the producers, and return False."""
+    if can_schedule(e):
+        if not e._flush_soon:
+            e._flush_soon = True
+            loop = e.loop
+            assert loop is not None
+            loop.call_soon(flush, e)
+        return True
+    kick_lane(e)
+    return False
 
 
 def kick_lane(e: Engine) -> None:
@@ -221,13 +238,49 @@ def settle(e: Engine, flight: _Flight) -> JobResult:
     return res
 
 
+async def before_next_done(e: Engine) -> bool:
+    """Before the ioLoop waits for its oldest flight: poll for it if it is a small lane
+    write (see :meth:`.lane.WriteLane.poll`); if it is the sync round beside the loop's
+    writes, alone, wait for it or until one of those writes outlasts its poll and joins
+    the flights (:func:`flush` wakes ``_beside_wake``), whose producers must not wait for
+    the round. False if the flights changed meanwhile (look at them again)."""
+    first = e._flights[0]
+    if first is e._beside and len(e._flights) == 1:
+        loop = e.loop
+        assert loop is not None
+        e._beside_wake = loop.create_future()
+        try:
+            await asyncio.wait([first.fut, e._beside_wake],
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            e._beside_wake = None
+        return first.fut.done()
+    if (first.lane is not None and first.lane.total <= INLINE_MAX and not first.job.sync
+            and not first.fut.done() and e.lane is not None):
+        e.lane.poll()
+    return True
+
+
+def finished(e: Engine, flight: _Flight) -> None:
+    """Apply a write of :func:`flush` that outlasted its poll, once the writer is done with
+    it (perhaps while the sync round beside which it was sent still runs): as
+    :func:`applied` does for one the poll caught, starting the sync round if it is due."""
+    lw, payloads = flight.lane, flight.job.payloads
+    assert lw is not None and payloads is not None
+    sync_due = (e.state in _LIVE and e._beside is None
+                and (e.since_sync + len(e.pending) >= half(e) or e._sync_round_due()))
+    applied(e, payloads, flight.waiters, lw.file_num, lw.pos, lw.total, flight.fut.result(),
+            sync_due)
+
+
 def _lane_flight(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
-                 fut: Hop[Any], file_num: int, pos: int, size: int) -> _Flight:
+                 fut: Hop[Any], file_num: int, pos: int, size: int,
+                 from_loop: bool = False) -> _Flight:
     """The lane flight that a batch written by :func:`flush` stands for."""
     from .engine import _Flight, _LaneWrite
 
     return _Flight(Job(payloads=payloads), fut, e.epoch, waiters, [],
-                   _LaneWrite(file_num, pos, size))
+                   _LaneWrite(file_num, pos, size, from_loop))
 
 
 def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],

@@ -358,10 +358,11 @@ def read_first(e: Engine) -> tuple[_Flight | None, bool, bool]:
 
 async def next_done(flights: deque[_Flight]) -> _Flight:
     """Wait for the next flight to apply and remove it from ``flights``: the oldest, or a
-    lane read beside a sync round that is done first (so the consumer never waits for
+    lane job (a read, or a write from the loop whose poll gave up) beside a sync round on
+    the I/O thread that is done first (so neither the consumer nor the producers wait for
     the round). Cancelling the wait leaves ``flights`` unchanged (a Hop runs to its end;
     the engine's close applies it)."""
-    if len(flights) > 1 and flights[1].read is not None:
+    if len(flights) > 1 and not flights[0].on_lane and flights[1].on_lane:
         await asyncio.wait([flights[0].fut, flights[1].fut],
                            return_when=asyncio.FIRST_COMPLETED)
         if not flights[0].fut.done():
