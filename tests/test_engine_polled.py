@@ -199,3 +199,30 @@ async def test_a_write_whose_poll_gave_up_does_not_wait_for_the_sync_round_besid
     await q.sync()
     assert q.statistics().syncs > before
     assert [await q.get() for _ in range(20)] == [b"first"] + [b"m%02d" % i for i in range(19)]
+
+
+async def test_a_consumer_reads_beside_the_sync_round_that_the_loop_writes_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A producer's puts start the sync round at half of sync_every; while it is held on
+    # the I/O thread, the consumer still gets its reads ahead (on the lane, beside the
+    # round) for up to sync_every takes, and the producer goes on for the other half.
+    from test_engine_lane import _HeldSync
+    opts: dict[str, Any] = {"sync_every": 400, "sync_interval": 3600.0,
+                            "read_buffer_bytes": 8192}
+    old = [b"old%05d" % i + b"x" * 200 for i in range(3000)]
+    async with DiskQueue(tmp_path, "q", **opts) as q:
+        await q.put_many(old)
+    async with DiskQueue(tmp_path, "q", **opts) as q:
+        assert await q.get() == old[0]  # the first read after an open is the I/O thread's
+        held = _HeldSync(monkeypatch)
+        before = q.statistics().syncs
+        for i in range(250):
+            await asyncio.wait_for(q.put(b"new%03d" % i), 5)
+        assert await asyncio.to_thread(held.started.wait, 5)
+        # 150 messages of 208 bytes: several 8 KiB reads, all while the round is held.
+        got = [await asyncio.wait_for(q.get(), 5) for _ in range(150)]
+        assert got == old[1:151]
+        assert q.statistics().syncs == before
+        held.release.set()
+        rest = [await q.get() for _ in range(3000 - 151 + 250)]
+        assert rest[-250:] == [b"new%03d" % i for i in range(250)]

@@ -140,7 +140,8 @@ async def test_a_failing_sync_round_does_not_starve_the_consumer(
     # The meta cannot be stored (EIO) while appends still succeed: the failed round waits
     # for its retry time (doubling up to a minute), and meanwhile busy producers keep the
     # pending batch full. The consumer's reads must go on beside them: it takes its share
-    # while the producers put, not only once they stop.
+    # while the producers put, not only once they stop. (Its fair share is about one step
+    # in 17, some 18,800 of the 320,000 puts' time; starved, it took 546.)
     import errno
 
     from aiodiskqueue._core import store as _store
@@ -165,11 +166,11 @@ async def test_a_failing_sync_round_does_not_starve_the_consumer(
         producers = [asyncio.create_task(produce()) for _ in range(16)]
         taken = 0
         try:
-            while puts[0] < budget and taken < 15_000:
+            while puts[0] < budget and taken < 10_000:
                 await asyncio.wait_for(q.get(), 30)
                 taken += 1
             puts_then = puts[0]
         finally:
             await asyncio.gather(*producers, return_exceptions=True)
             monkeypatch.undo()
-        assert taken == 15_000, f"the consumer took {taken} while {puts_then} were put"
+        assert taken == 10_000, f"the consumer took {taken} while {puts_then} were put"

@@ -221,8 +221,10 @@ class Engine(ErrorPaths):
         reads) runs on the I/O thread once the lane is idle. Nothing is sent while an
         inline write is scheduled: it decides whether a hop is needed.
         """
-        if self._flush_soon or self._beside is not None:
+        if self._flush_soon:
             return None
+        if self._beside is not None:
+            return _inline.beside_next(self)
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
         flight, hold, sync_first = _lane.read_first(self)

@@ -97,6 +97,7 @@ def flush(e: Engine) -> None:
             or (e._beside is not None and e.since_sync + len(e.pending) >= half(e))):
         kick_lane(e)
         wake(e.put_req)
+        wake(e._beside_wake)  # the ioLoop waits for the round beside: see beside_next
         return
     sync_due = e._beside is None and (e.since_sync + len(e.pending) >= half(e)
                                       or e._sync_round_due())
@@ -259,6 +260,22 @@ async def before_next_done(e: Engine) -> bool:
             and not first.fut.done() and e.lane is not None):
         e.lane.poll()
     return True
+
+
+def beside_next(e: Engine) -> _Flight | None:
+    """What the ioLoop sends while the sync round beside the loop's writes runs: a read
+    ahead the consumer is due, on the lane beside the round (nothing else in flight);
+    pending puts go to :func:`flush` once no read is due. Nothing else: the rest waits
+    for the round."""
+    if len(e._flights) != 1:
+        return None
+    flight = _lane.lane_read(e)
+    if flight is None and e.pending and not e._flush_soon and can_schedule(e):
+        e._flush_soon = True
+        loop = e.loop
+        assert loop is not None
+        loop.call_soon(flush, e)
+    return flight
 
 
 def finished(e: Engine, flight: _Flight) -> None:

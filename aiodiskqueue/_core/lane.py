@@ -332,6 +332,7 @@ def send_next_flight(e: Engine) -> bool | None:
     if flight is None:
         return False
     e._flights.append(flight)
+    wake(e._beside_wake)  # the ioLoop may wait for a sync round alone: it has company now
     return True
 
 
