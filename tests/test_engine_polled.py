@@ -226,3 +226,35 @@ async def test_a_consumer_reads_beside_the_sync_round_that_the_loop_writes_start
         held.release.set()
         rest = [await q.get() for _ in range(3000 - 151 + 250)]
         assert rest[-250:] == [b"new%03d" % i for i in range(250)]
+
+
+async def test_reads_beside_the_round_keep_the_write_position_of_the_writes_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # While the round is held, puts (written beside it, not yet told to the store) and
+    # reads ahead (beside it too) alternate: a read that finishes must not move the write
+    # position back to the store's, or later puts would overwrite records written beside
+    # the round and the consumer would get some twice.
+    from test_engine_lane import _HeldSync
+    opts: dict[str, Any] = {"sync_every": 400, "sync_interval": 3600.0,
+                            "read_buffer_bytes": 4096}
+    old = [b"old%05d" % i + b"x" * 200 for i in range(600)]
+    async with DiskQueue(tmp_path, "q", **opts) as q:
+        await q.put_many(old)
+    async with DiskQueue(tmp_path, "q", **opts) as q:
+        assert await q.get() == old[0]
+        held = _HeldSync(monkeypatch)
+        for i in range(200):
+            await asyncio.wait_for(q.put(b"new%03d" % i), 5)
+        assert await asyncio.to_thread(held.started.wait, 5)
+        got = []
+        for i in range(200, 280):  # 160 more puts and takes: under half of sync_every
+            await asyncio.wait_for(q.put(b"new%03d" % i), 5)
+            got.append(await asyncio.wait_for(q.get(), 5))
+        held.release.set()
+        while q.qsize():
+            got.append(await asyncio.wait_for(q.get(), 5))
+        assert got == old[1:] + [b"new%03d" % i for i in range(280)]
+        st = q.statistics()
+        size = (tmp_path / seg_name("q", st.write_file_num)).stat().st_size
+        assert st.write_pos == size
+    assert read_queue(tmp_path, "q") == []

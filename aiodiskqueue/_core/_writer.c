@@ -446,8 +446,7 @@ Writer_write_records(Writer *w, PyObject *args)
 
 /* Wait on the calling thread (the event loop), the GIL released, for up to
  * `timeout_ns` until the oldest job not yet reaped is done: 1 if it is (reap() now
- * gives it), 0 if not by then, -1 if nothing is in flight or the writer thread is
- * asleep (its wake-up alone takes longer than a poll should). While it waits it holds
+ * gives it), 0 if not by then, -1 if nothing is in flight. While it waits it holds
  * `signaled`, so the writer thread skips the eventfd write for what it finishes: the
  * loop neither sleeps in epoll nor is woken for a job it collects itself. On a
  * timeout it gives `signaled` back and looks once more, so a job finished meanwhile is
@@ -595,7 +594,7 @@ static PyMethodDef Writer_methods[] = {
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
     {"poll", (PyCFunction)Writer_poll, METH_O,
      "poll(timeout_ns) -> 1 if the oldest job in flight is done (waiting up to timeout_ns,\n"
-     "GIL released, for it), 0 if not, -1 if none is in flight or the thread is asleep."},
+     "GIL released, for it), 0 if not, -1 if none is in flight."},
     {"fileno", (PyCFunction)Writer_fileno, METH_NOARGS,
      "fileno() -> the eventfd that becomes readable when jobs are done."},
     {"inflight", (PyCFunction)Writer_inflight, METH_NOARGS,

@@ -27,7 +27,7 @@ class Writer:
         """(written, write errno, fdatasync errno) of every finished job, in order."""
     def poll(self, timeout_ns: int, /) -> int:
         """Wait up to ``timeout_ns`` (GIL released) for the oldest job in flight: 1 if it
-        is done, 0 if not, -1 if none is in flight or the writer thread is asleep."""
+        is done, 0 if not, -1 if none is in flight."""
     def fileno(self) -> int:
         """The eventfd that becomes readable when jobs are done."""
     def inflight(self) -> int:

@@ -97,7 +97,7 @@ class Engine(ErrorPaths):
         self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
         self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
         self._beside: _Flight | None = None  # a sync round that inline writes run beside
-        self._beside_wake: asyncio.Future[None] | None = None  # see inline.await_beside
+        self._beside_wake: asyncio.Future[None] | None = None  # see inline.before_next_done
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
         self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
         self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads

@@ -119,8 +119,8 @@ class WriteLane:
         idle vCPUs halt, waking the loop through the eventfd costs tens, and a writer
         that then finds no next batch within its spin window sleeps and costs another
         wake-up for the next put. The wait is bounded (:data:`POLL_WAIT_NS`, the GIL
-        released; none while the writer thread sleeps): the loop never waits for the disk
-        longer than that, and a job that takes longer completes through the eventfd.
+        released): the loop never waits for the disk longer than that, and a job that
+        takes longer completes through the eventfd.
         After :data:`POLL_MISSES` misses in a row (a slow disk, large batches), the next
         :data:`POLL_REST` jobs are not polled for.
         """
@@ -236,6 +236,10 @@ def read_result(e: Engine, flight: _Flight) -> JobResult:
     nread, err, _ = flight.fut.result()
     st = e.store
     res = JobResult(write_at=(st.write_file, st.write_pos), bytes_on_disk=st.bytes_on_disk)
+    if e._beside is not None:
+        # Beside the sync round that the loop's writes run beside, the store does not know
+        # those writes yet (inline.settle tells it): the engine's own position stands.
+        res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
     if err:
         e._read_on_thread = True
         res.read_error = OSError(err, os.strerror(err))
