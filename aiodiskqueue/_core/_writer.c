@@ -35,6 +35,9 @@
 
 #define RING 16
 #define SPIN_MIN_NS 10000LL
+/* No spin after a write larger than this (put_many's batches): its producer is building
+ * the next one for far longer than a spin lasts. The engine's inline.INLINE_MAX. */
+#define SPIN_AFTER_MAX_BYTES (128LL * 1024)
 
 typedef struct {
     int fd;
@@ -92,9 +95,10 @@ cpu_relax(void)
 /* Wait until a job is submitted past `done` or stop is set. Spins first, for a
  * window that adapts like the kernel's haltpoll governor: it doubles when work came
  * soon after the worker went idle and halves when it did not. Not after a job that
- * ended with an fdatasync (`synced`): the next batch of a queue that syncs every write
- * comes only once the loop has woken its producers and gathered their puts, later
- * than a spin is worth, so the thread sleeps at once (and the window is kept). */
+ * ended with an fdatasync or wrote a large batch (`synced`): the next batch of a queue
+ * that syncs every write comes only once the loop has woken its producers and gathered
+ * their puts, and that of put_many once its producer has built it, later than a spin is
+ * worth, so the thread sleeps at once (and the window is kept). */
 static void
 wait_for_work(Writer *w, unsigned long long done, int synced)
 {
@@ -224,7 +228,8 @@ worker_main(void *arg)
         }
         job_t *j = &w->ring[done % RING];
         run_job(j);
-        synced = j->sync; /* read before the job is published: the loop may reap it */
+        /* read before the job is published: the loop may reap it */
+        synced = j->sync || (!j->read && j->total > SPIN_AFTER_MAX_BYTES);
         done++;
         atomic_store(&w->completed, done);
         if (!atomic_exchange(&w->signaled, 1)) {
