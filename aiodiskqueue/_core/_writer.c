@@ -95,9 +95,10 @@ cpu_relax(void)
 /* Wait until a job is submitted past `done` or stop is set. Spins first, for a
  * window that adapts like the kernel's haltpoll governor: it doubles when work came
  * soon after the worker went idle and halves when it did not. Not after a job that
- * ended with an fdatasync or wrote a large batch (`synced`): the next batch of a queue
- * that syncs every write comes only once the loop has woken its producers and gathered
- * their puts, and that of put_many once its producer has built it, later than a spin is
+ * ended with an fdatasync, wrote a large batch or read ahead (`synced`): the next batch
+ * of a queue that syncs every write comes only once the loop has woken its producers
+ * and gathered their puts, that of put_many once its producer has built it, and the
+ * next read once the consumer has taken half the read-ahead, all later than a spin is
  * worth, so the thread sleeps at once (and the window is kept). */
 static void
 wait_for_work(Writer *w, unsigned long long done, int synced)
@@ -229,7 +230,7 @@ worker_main(void *arg)
         job_t *j = &w->ring[done % RING];
         run_job(j);
         /* read before the job is published: the loop may reap it */
-        synced = j->sync || (!j->read && j->total > SPIN_AFTER_MAX_BYTES);
+        synced = j->sync || j->read || j->total > SPIN_AFTER_MAX_BYTES;
         done++;
         atomic_store(&w->completed, done);
         if (!atomic_exchange(&w->signaled, 1)) {
