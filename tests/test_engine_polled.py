@@ -201,19 +201,31 @@ async def test_a_write_whose_poll_gave_up_does_not_wait_for_the_sync_round_besid
     assert [await q.get() for _ in range(20)] == [b"first"] + [b"m%02d" % i for i in range(19)]
 
 
+def _backlog(n: int) -> list[bytes]:
+    return [b"old%05d" % i + b"x" * 200 for i in range(n)]
+
+
+async def _reopen_with_backlog(tmp_path: Path, old: list[bytes], read_buffer_bytes: int
+                               ) -> DiskQueue:
+    """The queue with ``old`` stored, reopened and its first message taken (the first
+    read after an open is the I/O thread's; the next may go to the lane)."""
+    opts: dict[str, Any] = {"sync_every": 400, "sync_interval": 3600.0,
+                            "read_buffer_bytes": read_buffer_bytes}
+    async with DiskQueue(tmp_path, "q", **opts) as q:
+        await q.put_many(old)
+    q = await DiskQueue.open(tmp_path, "q", **opts)
+    assert await q.get() == old[0]
+    return q
+
+
 async def test_a_consumer_reads_beside_the_sync_round_that_the_loop_writes_started(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A producer's puts start the sync round at half of sync_every; while it is held on
     # the I/O thread, the consumer still gets its reads ahead (on the lane, beside the
     # round) for up to sync_every takes, and the producer goes on for the other half.
     from test_engine_lane import _HeldSync
-    opts: dict[str, Any] = {"sync_every": 400, "sync_interval": 3600.0,
-                            "read_buffer_bytes": 8192}
-    old = [b"old%05d" % i + b"x" * 200 for i in range(3000)]
-    async with DiskQueue(tmp_path, "q", **opts) as q:
-        await q.put_many(old)
-    async with DiskQueue(tmp_path, "q", **opts) as q:
-        assert await q.get() == old[0]  # the first read after an open is the I/O thread's
+    old = _backlog(3000)
+    async with await _reopen_with_backlog(tmp_path, old, 8192) as q:
         held = _HeldSync(monkeypatch)
         before = q.statistics().syncs
         for i in range(250):
@@ -235,13 +247,8 @@ async def test_reads_beside_the_round_keep_the_write_position_of_the_writes_besi
     # position back to the store's, or later puts would overwrite records written beside
     # the round and the consumer would get some twice.
     from test_engine_lane import _HeldSync
-    opts: dict[str, Any] = {"sync_every": 400, "sync_interval": 3600.0,
-                            "read_buffer_bytes": 4096}
-    old = [b"old%05d" % i + b"x" * 200 for i in range(600)]
-    async with DiskQueue(tmp_path, "q", **opts) as q:
-        await q.put_many(old)
-    async with DiskQueue(tmp_path, "q", **opts) as q:
-        assert await q.get() == old[0]
+    old = _backlog(600)
+    async with await _reopen_with_backlog(tmp_path, old, 4096) as q:
         held = _HeldSync(monkeypatch)
         for i in range(200):
             await asyncio.wait_for(q.put(b"new%03d" % i), 5)
