@@ -22,7 +22,7 @@ import pytest
 from helpers_spark import payloads, read_df
 from pyspark.sql import DataFrame, SparkSession
 
-from aiodiskqueue import DiskQueue
+from aiodiskqueue import DiskQueue, QueueLocked
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
 from aiodiskqueue.spark._files import iter_records, view_queue
@@ -153,7 +153,11 @@ def test_consume_stream_waits_for_a_briefly_held_single_queue(spark: SparkSessio
     def producer() -> None:  # holds the queue 0.4 s out of every 0.8 s
         while not stop.is_set():
             lock = QueueLock(Layout(str(qdir), "events").lock_path)
-            lock.acquire()
+            try:
+                lock.acquire()
+            except QueueLocked:  # the stream holds it now: come back shortly
+                stop.wait(0.05)
+                continue
             held.set()
             stop.wait(0.4)
             lock.release()
