@@ -35,9 +35,6 @@
 
 #define RING 16
 #define SPIN_MIN_NS 10000LL
-/* No spin after a write larger than this (put_many's batches): its producer is building
- * the next one for far longer than a spin lasts. The engine's inline.INLINE_MAX. */
-#define SPIN_AFTER_MAX_BYTES (128LL * 1024)
 
 typedef struct {
     int fd;
@@ -71,6 +68,9 @@ typedef struct {
     int efd;
     int started;
     long long spin_max_ns;
+    /* No spin after a write larger than this (put_many's batches): its producer is
+     * building the next one for far longer than a spin lasts. Given by the engine. */
+    long long small_max;
     long long spin_ns; /* touched by the writer thread only */
 } Writer;
 
@@ -230,7 +230,7 @@ worker_main(void *arg)
         job_t *j = &w->ring[done % RING];
         run_job(j);
         /* read before the job is published: the loop may reap it */
-        synced = j->sync || j->read || j->total > SPIN_AFTER_MAX_BYTES;
+        synced = j->sync || j->read || j->total > w->small_max;
         done++;
         atomic_store(&w->completed, done);
         if (!atomic_exchange(&w->signaled, 1)) {
@@ -246,18 +246,20 @@ worker_main(void *arg)
 static int
 Writer_init(Writer *w, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"spin_us", NULL};
+    static char *kwlist[] = {"spin_us", "small_max", NULL};
     long spin_us = 100;
+    long long small_max = 128 * 1024;
     if (w->started) {
         PyErr_SetString(PyExc_RuntimeError, "Writer already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|l", kwlist, &spin_us))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|lL", kwlist, &spin_us, &small_max))
         return -1;
-    if (spin_us < 0) {
-        PyErr_SetString(PyExc_ValueError, "spin_us must be >= 0");
+    if (spin_us < 0 || small_max < 0) {
+        PyErr_SetString(PyExc_ValueError, "spin_us and small_max must be >= 0");
         return -1;
     }
+    w->small_max = small_max;
     w->spin_max_ns = (long long)spin_us * 1000;
     w->spin_ns = w->spin_max_ns;
     pthread_mutex_init(&w->mu, NULL);
@@ -613,7 +615,9 @@ static PyMethodDef Writer_methods[] = {
 static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aiodiskqueue._core._writer.Writer",
-    .tp_doc = "Writer(spin_us=100): a native thread that appends framed batches to files.",
+    .tp_doc = "Writer(spin_us=100, small_max=131072): a native thread that appends framed "
+               "batches to files; it spins for the next job only after a write of at most "
+               "small_max bytes.",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Writer_new,

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .engine import Engine, _Flight
 
 #: A batch of at most this many bytes (records, headers included) is written inline.
-INLINE_MAX = 128 * 1024
+INLINE_MAX = _lane.SMALL_MAX
 #: An inline write slower than this (seconds) counts as slow.
 INLINE_STALL = 0.01
 #: This many slow inline writes in a row (one may just be the thread losing its CPU on

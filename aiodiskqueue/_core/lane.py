@@ -53,6 +53,11 @@ except ImportError:  # pragma: no cover - built wherever a C compiler is present
 #: (bytes written, errno of the write or 0, errno of the fdatasync or 0)
 LaneResult = tuple[int, int, int]
 
+#: A small batch (records, headers included): the loop writes one of at most this many
+#: bytes itself or polls for it (see inline), and the writer thread spins for the next
+#: job only after one; after a larger one (put_many's) its producer is busy far longer.
+SMALL_MAX = 128 * 1024
+
 #: The longest the loop waits for a job of the writer thread (ns, see WriteLane.poll):
 #: a batch of 16 KiB takes it 7-20 us on the reference VM, 128 KiB 40-80 us.
 POLL_WAIT_NS = 50_000
@@ -82,7 +87,7 @@ class WriteLane:
     def __init__(self, loop: asyncio.AbstractEventLoop, spin_us: int) -> None:
         assert Writer is not None
         self._loop = loop
-        self._w = Writer(spin_us)
+        self._w = Writer(spin_us, SMALL_MAX)
         self._futs: deque[Hop[LaneResult]] = deque()
         self._fd = self._w.fileno()
         # write_polled's window (ns): none if the writer never spins (it sleeps at once,
