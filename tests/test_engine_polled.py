@@ -178,29 +178,6 @@ async def test_a_poll_that_gives_up_beside_a_held_sync_round_keeps_the_meta_cons
     assert [await q.get() for _ in range(15)] == [b"m%02d" % i for i in range(15)]
 
 
-async def test_a_write_whose_poll_gave_up_does_not_wait_for_the_sync_round_beside_it(
-        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Every poll gives up (a 1 ns window): each write completes through the eventfd while
-    # the sync round it was sent beside is held on the I/O thread. The producer still
-    # goes on for the other half of sync_every, each record on disk when put() returns.
-    from test_engine_lane import _HeldSync
-    outcomes = _polls(monkeypatch, 1)
-    q = await make_queue(sync_every=20, sync_interval=3600.0)
-    await q.put(b"first")  # creates the segment and stores the first meta
-    held = _HeldSync(monkeypatch)
-    before = q.statistics().syncs
-    for i in range(19):
-        await asyncio.wait_for(q.put(b"m%02d" % i), 5)
-        assert records((tmp_path / seg_name("q", 0)).read_bytes())[-1] == b"m%02d" % i
-    assert await asyncio.to_thread(held.started.wait, 5)
-    assert q.statistics().syncs == before  # the round is still held
-    assert 0 in outcomes
-    held.release.set()
-    await q.sync()
-    assert q.statistics().syncs > before
-    assert [await q.get() for _ in range(20)] == [b"first"] + [b"m%02d" % i for i in range(19)]
-
-
 def _backlog(n: int) -> list[bytes]:
     return [b"old%05d" % i + b"x" * 200 for i in range(n)]
 
