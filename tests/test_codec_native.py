@@ -113,7 +113,7 @@ def test_read_job_fills_the_buffer(tmp_path: pytest.TempPathFactory) -> None:
     with open(path, "wb") as f:
         f.write(bytes(range(256)) * 40)
     fd = os.open(path, os.O_RDONLY)
-    w = _writer.Writer(0)
+    w = _writer.Writer(0, 1 << 17)
     try:
         buf, tail = bytearray(100), bytearray(600)
         w.submit_read(fd, buf, 10, 100)

@@ -6,6 +6,8 @@ import ctypes
 import importlib.util
 import sys
 
+import pytest
+
 
 def test_writer_module_uses_multi_phase_init() -> None:
     # With multi-phase init (PEP 489) the loader creates an empty module first and
@@ -17,7 +19,7 @@ def test_writer_module_uses_multi_phase_init() -> None:
     assert not hasattr(module, "Writer")
     spec.loader.exec_module(module)
     assert module.RING == 16
-    w = module.Writer(spin_us=0)
+    w = module.Writer(spin_us=0, small_max=1 << 17)
     try:
         assert w.inflight() == 0
     finally:
@@ -78,3 +80,15 @@ def test_writer_module_declares_its_slots() -> None:
         expected.add(PY_MOD_GIL)
         assert slots.get(PY_MOD_GIL) == 1  # Py_MOD_GIL_NOT_USED
     assert set(slots) == expected
+
+
+def test_writer_takes_its_spin_and_small_batch_limits_from_the_caller() -> None:
+    # The engine owns both (options.spin_us, lane.SMALL_MAX); the module has no copy.
+    from aiodiskqueue._core import _writer
+
+    with pytest.raises(TypeError):
+        _writer.Writer(0)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="small_max"):
+        _writer.Writer(0, -1)
+    with pytest.raises(ValueError, match="spin_us"):
+        _writer.Writer(-1, 1 << 17)

@@ -39,7 +39,7 @@ def test_the_native_writer_is_built() -> None:
 
 def test_writer_reports_write_and_fdatasync_results(tmp_path: Path) -> None:
     assert _lane.Writer is not None
-    w = _lane.Writer(0)
+    w = _lane.Writer(0, _lane.SMALL_MAX)
     path = tmp_path / "f"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     null = os.open("/dev/null", os.O_WRONLY)

@@ -32,7 +32,7 @@ def _readable(fd: int, timeout: float) -> bool:
 
 def test_poll_with_nothing_in_flight_says_so(tmp_path: Path) -> None:
     assert _lane.Writer is not None
-    w = _lane.Writer(100)
+    w = _lane.Writer(100, _lane.SMALL_MAX)
     try:
         assert w.poll(1_000_000) == -1
     finally:
@@ -46,7 +46,7 @@ def test_every_job_is_either_collected_by_poll_or_signalled(tmp_path: Path) -> N
     assert _lane.Writer is not None
     rnd = random.Random(7)
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
-    w = _lane.Writer(rnd.choice([0, 20, 100]))
+    w = _lane.Writer(rnd.choice([0, 20, 100]), _lane.SMALL_MAX)
     efd = w.fileno()
     polled = signalled = 0
     offset = 0

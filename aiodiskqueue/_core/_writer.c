@@ -247,13 +247,13 @@ static int
 Writer_init(Writer *w, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"spin_us", "small_max", NULL};
-    long spin_us = 100;
-    long long small_max = 128 * 1024;
+    long spin_us;
+    long long small_max;
     if (w->started) {
         PyErr_SetString(PyExc_RuntimeError, "Writer already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|lL", kwlist, &spin_us, &small_max))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "lL", kwlist, &spin_us, &small_max))
         return -1;
     if (spin_us < 0 || small_max < 0) {
         PyErr_SetString(PyExc_ValueError, "spin_us and small_max must be >= 0");
@@ -615,7 +615,7 @@ static PyMethodDef Writer_methods[] = {
 static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aiodiskqueue._core._writer.Writer",
-    .tp_doc = "Writer(spin_us=100, small_max=131072): a native thread that appends framed "
+    .tp_doc = "Writer(spin_us, small_max): a native thread that appends framed "
                "batches to files; it spins for the next job only after a write of at most "
                "small_max bytes.",
     .tp_basicsize = sizeof(Writer),

@@ -12,7 +12,7 @@ def split_records(buf: bytes | bytearray | memoryview, base: int, file_num: int,
 class Writer:
     """A native thread that appends framed batches to files without taking the GIL."""
 
-    def __init__(self, spin_us: int = 100, small_max: int = 131072) -> None:
+    def __init__(self, spin_us: int, small_max: int) -> None:
         """Start the thread; after a write of at most ``small_max`` bytes it spins up to
         ``spin_us`` for the next job, after any other job it sleeps at once."""
     def submit_records(self, fd: int, payloads: Sequence[bytes], offset: int, sync: bool,
