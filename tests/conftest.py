@@ -1,9 +1,11 @@
-"""Shared fixtures: the go-diskqueue fixture directory and a queue factory that always closes."""
+"""Shared fixtures: the go-diskqueue fixture directory, a queue factory that always closes,
+a small tmpfs."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -149,3 +151,32 @@ async def make_ack(tmp_path: Path, clock: ManualClock) -> AsyncIterator[MakeAck]
     yield _make
     for q in reversed(opened):
         await q.aclose()
+
+
+def _mount(mnt: Path, *opts: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=1m", *opts)),
+                           "tmpfs", str(mnt)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A fresh 1 MiB tmpfs, unmounted afterwards."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        r = _mount(mnt)
+        err = r.stderr.decode(errors="replace").strip()
+    except OSError as exc:  # no mount binary
+        r, err = None, str(exc)
+    if r is None or r.returncode != 0:
+        why = (f"cannot mount a 1 MiB tmpfs on {mnt} ({err}); the tests on a tmpfs need root "
+               "(set AIODISKQUEUE_NO_MOUNT=1 to skip them)")
+        if os.environ.get("AIODISKQUEUE_NO_MOUNT") == "1":
+            pytest.skip(why)
+        pytest.fail(why)
+    try:
+        yield mnt
+    finally:
+        # Lazily if still busy (a queue a failed test left open): never left mounted.
+        if subprocess.run(["umount", str(mnt)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)

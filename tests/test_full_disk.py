@@ -26,35 +26,6 @@ OPTS: dict[str, Any] = {"max_bytes_per_file": 64 * 1024}
 SPARE = "q.diskqueue.meta.dat.0.tmp"
 
 
-def _mount(mnt: Path, *opts: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=1m", *opts)),
-                           "tmpfs", str(mnt)], capture_output=True, check=False)
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A fresh 1 MiB tmpfs, unmounted afterwards."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    try:
-        r = _mount(mnt)
-        err = r.stderr.decode(errors="replace").strip()
-    except OSError as exc:  # no mount binary
-        r, err = None, str(exc)
-    if r is None or r.returncode != 0:
-        why = (f"cannot mount a 1 MiB tmpfs on {mnt} ({err}); the full-disk tests need root "
-               "(set AIODISKQUEUE_NO_MOUNT=1 to skip them)")
-        if os.environ.get("AIODISKQUEUE_NO_MOUNT") == "1":
-            pytest.skip(why)
-        pytest.fail(why)
-    try:
-        yield mnt
-    finally:
-        # Lazily if still busy (a queue a failed test left open): never left mounted.
-        if subprocess.run(["umount", str(mnt)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
-
-
 def free_bytes(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
