@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from aiodiskqueue import AckQueue, DiskQueue, DiskQueueError
+from aiodiskqueue._format import meta as meta_module
+from aiodiskqueue._format.meta import Meta, load_meta, store_meta
 
 MSG = 1000  # bytes per message: a 1 MiB filesystem holds about a thousand
 OPTS: dict[str, Any] = {"max_bytes_per_file": 64 * 1024}
@@ -63,6 +65,29 @@ def fill_with_file(path: Path) -> None:
                 write_until_full(size)
             assert ei.value.errno == errno.ENOSPC
     assert free_bytes(path.parent) == 0
+
+
+def test_meta_stores_on_a_full_disk_need_no_block_freed_before(
+        small_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer on the disk takes every block as soon as it is freed (here: at
+    each directory fsync of a store); meta stores go on working all the same."""
+    path = str(small_fs / "q.diskqueue.meta.dat")
+    store_meta(path, Meta(0, 0, 0, 0, 0))  # the meta, and its spare
+    fill_with_file(small_fs / "filler")
+    thefts: list[str] = []
+    real = meta_module.fsync_dir  # type: ignore[attr-defined]  # the name store_meta calls
+
+    def fsync_dir_and_take_what_is_free(directory: str) -> None:
+        real(directory)
+        if free_bytes(small_fs) > 0:
+            fill_with_file(small_fs / f"thief{len(thefts)}")
+            thefts.append(directory)
+
+    monkeypatch.setattr(meta_module, "fsync_dir", fsync_dir_and_take_what_is_free)
+    for i in range(1, 6):
+        store_meta(path, Meta(i, 0, i, 0, 1000 * i))
+        assert load_meta(path) == Meta(i, 0, i, 0, 1000 * i)
+    assert thefts == [] and os.path.exists(small_fs / SPARE)
 
 
 async def drain(q: DiskQueue) -> list[bytes]:

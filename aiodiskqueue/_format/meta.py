@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .layout import fsync_dir
+from .space import exchange_paths
 
 _META_RE = re.compile(rb"\A(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n?\Z")
 _INT64_MAX = (1 << 63) - 1  # go-diskqueue's numbers are int64
 SPARE_SIZE = 4096  # blocks kept allocated for the next meta store
+_LOAD_TRIES = 100  # reads of a meta file that a live queue keeps replacing
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,13 +128,31 @@ def read_is_trusted(meta: Meta, sizes: Mapping[int, int]) -> bool:
 def load_meta(path: str) -> Meta | None:
     """Read the meta file at ``path``; ``None`` if it does not exist.
 
+    Safe beside a live queue storing its meta: a store writes into the spare
+    and swaps it with the meta file, so the file a reader opened may become the
+    spare and be written next. The content counts only if the file is still at
+    ``path`` after it was read, and two reads agree; else it is read again.
+
     Raises ValueError if it exists but cannot be parsed.
     """
-    try:
-        with open(path, "rb") as f:
-            data = f.read(4096)
-    except FileNotFoundError:
-        return None
+    data = b""
+    for _ in range(_LOAD_TRIES):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            data = os.pread(fd, 4096, 0)
+            again = os.pread(fd, 4096, 0)
+            ino = os.fstat(fd).st_ino
+        finally:
+            os.close(fd)
+        try:
+            stable = data == again and os.stat(path).st_ino == ino
+        except FileNotFoundError:
+            stable = False
+        if stable:
+            break
     return Meta.decode(data)
 
 
@@ -149,10 +169,14 @@ def store_meta(path: str, meta: Meta) -> None:
     """Replace the meta file atomically and durably.
 
     The new content goes into the spare file when there is one (blocks already
-    allocated: this works on a full disk), else into a temp file; it is
-    fsynced, renamed over the old one, then the directory is fsynced so the
-    rename itself survives a power cut. A new spare is allocated afterwards
-    (best effort: on a full disk it is retried by the next store).
+    allocated: this works on a full disk), else into a temp file, and is
+    fsynced. That file is then swapped with the old meta file in one atomic
+    step, and the old one is kept as the next spare: no block is freed, so
+    none has to be won back, whoever else writes to the disk meanwhile. Where
+    the filesystem cannot swap names (or there is no meta file yet), the file
+    is renamed over the meta file and a new spare allocated (best effort: on a
+    full disk the next store tries again). Either way the directory is fsynced,
+    so the change survives a power cut.
 
     Raises OSError if neither file can be written.
     """
@@ -171,8 +195,14 @@ def store_meta(path: str, meta: Meta) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    directory = os.path.dirname(path) or "."
+    if exchange_paths(tmp, path):
+        if tmp != spare:
+            os.rename(tmp, spare)  # the old meta file, kept as the spare
+        fsync_dir(directory)
+        return
     os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+    fsync_dir(directory)
     try:
         make_spare(path)
     except OSError:

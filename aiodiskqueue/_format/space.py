@@ -1,5 +1,12 @@
 """Disk space held in reserve for a file's own future writes.
 
+Two ways, both needing no free block once set up:
+
+- :func:`reserve_past_end` (the ack log, below);
+- :func:`exchange_paths`, which swaps two names atomically (the meta file's
+  store: the old meta file becomes the spare that the next store writes into,
+  so a store frees no block that somebody else could take).
+
 An append-only file that must keep working on a full filesystem (the ack log:
 draining a full disk has to append its records before any consumed segment
 can be deleted) reserves blocks past its end with Linux's
@@ -17,29 +24,33 @@ import ctypes
 import ctypes.util
 import errno
 import os
-from collections.abc import Callable
+from typing import Any
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 _UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
-_Fallocate = Callable[[int, int, int, int], int]
 
-
-def _load() -> _Fallocate | None:
+def _libc_function(names: tuple[str, ...], argtypes: tuple[Any, ...]) -> Any:
+    """The first of ``names`` in the C library, typed to return an int; None if missing."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     except OSError:
         return None
-    fn = getattr(libc, "fallocate64", None) or getattr(libc, "fallocate", None)
-    if fn is None:
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    fn = next((f for f in (getattr(libc, n, None) for n in names) if f is not None), None)
+    if fn is not None:
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    return fn
 
 
-_fallocate = _load()
+_fallocate = _libc_function(("fallocate64", "fallocate"),
+                            (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64))
+_renameat2 = _libc_function(("renameat2",),  # glibc 2.28 and later
+                            (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                             ctypes.c_uint))
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 1 << 1
 
 
 def reserve_past_end(fd: int, offset: int, length: int) -> bool | None:
@@ -62,3 +73,21 @@ def reserve_past_end(fd: int, offset: int, length: int) -> bool | None:
     if err in _UNSUPPORTED:
         return None
     raise OSError(err, os.strerror(err))
+
+
+def exchange_paths(a: str, b: str) -> bool:
+    """Swap the files at ``a`` and ``b`` in one atomic step (Linux's
+    ``renameat2(RENAME_EXCHANGE)``); neither is freed, so this needs no block.
+
+    True if swapped. False if either does not exist, or this platform or
+    filesystem cannot exchange (the caller then renames instead). Raises
+    OSError on any other error.
+    """
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.ENOENT or err in _UNSUPPORTED:
+        return False
+    raise OSError(err, os.strerror(err), a, None, b)
