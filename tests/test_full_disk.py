@@ -9,6 +9,7 @@ with the reason, so a run that cannot exercise them never looks green; set
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -67,27 +68,34 @@ def fill_with_file(path: Path) -> None:
     assert free_bytes(path.parent) == 0
 
 
+@pytest.mark.parametrize("fs", ["tmpfs", "ext4"])
 def test_meta_stores_on_a_full_disk_need_no_block_freed_before(
-        small_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        fs: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another writer on the disk takes every block as soon as it is freed (here: at
     each directory fsync of a store); meta stores go on working all the same."""
-    path = str(small_fs / "q.diskqueue.meta.dat")
+    mnt: Path = (request.getfixturevalue("small_fs") if fs == "tmpfs"
+                 else request.getfixturevalue("ext4_fs")[0])
+    path = str(mnt / "q.diskqueue.meta.dat")
     store_meta(path, Meta(0, 0, 0, 0, 0))  # the meta, and its spare
-    fill_with_file(small_fs / "filler")
-    thefts: list[str] = []
+    fill_with_file(mnt / "filler")
+    thefts = 0
     real = meta_module.fsync_dir  # type: ignore[attr-defined]  # the name store_meta calls
 
     def fsync_dir_and_take_what_is_free(directory: str) -> None:
+        nonlocal thefts
         real(directory)
-        if free_bytes(small_fs) > 0:
-            fill_with_file(small_fs / f"thief{len(thefts)}")
-            thefts.append(directory)
+        thefts += 1
+        with open(mnt / f"thief{thefts}", "wb", buffering=0) as f:
+            for size in (4096, 512, 1):
+                with contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * size)
 
     monkeypatch.setattr(meta_module, "fsync_dir", fsync_dir_and_take_what_is_free)
     for i in range(1, 6):
         store_meta(path, Meta(i, 0, i, 0, 1000 * i))
         assert load_meta(path) == Meta(i, 0, i, 0, 1000 * i)
-    assert thefts == [] and os.path.exists(small_fs / SPARE)
+    assert thefts == 5 and os.path.exists(mnt / SPARE)
 
 
 async def drain(q: DiskQueue) -> list[bytes]:
