@@ -1,7 +1,8 @@
 """The ack log's space reserve: blocks allocated past its end, so a full disk can be drained.
 
 The end-to-end case (a real full tmpfs, drained by an AckQueue) is in test_full_disk.py;
-these check the mechanism itself on the test directory's filesystem.
+these check the mechanism itself on the test directory's filesystem, and a roll on a
+real full tmpfs.
 """
 
 from __future__ import annotations
@@ -158,3 +159,44 @@ def test_a_roll_that_fails_after_creating_the_segment_loses_no_later_record(
     rec = AckLog(str(tmp_path), "q", 4096, 0).open()
     assert rec.cut_bytes == 0
     assert 999 in rec.entries  # written after the failed roll, and read back
+
+
+def _take_every_free_byte(path: Path) -> int:
+    taken = 0
+    with open(path, "wb", buffering=0) as f:
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    taken += f.write(b"\0" * size)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+    return taken
+
+
+def test_a_roll_on_a_full_disk_keeps_the_reserve_for_the_commit(
+        small_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer on the disk takes every block as soon as one is freed (here:
+    after each truncate of the log). The log still takes a commit when its segment is
+    full: the older segment keeps its reserve until the next one has its own."""
+    lg = AckLog(str(small_fs), "q", 8192, RESERVE)
+    lg.open()
+    _take_every_free_byte(small_fs / "filler")
+    real = os.ftruncate
+    thefts: list[int] = []
+
+    def ftruncate_and_steal(fd: int, size: int) -> None:
+        real(fd, size)
+        thefts.append(_take_every_free_byte(small_fs / f"thief{len(thefts)}"))
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate_and_steal)
+    records = [done_record(k, k) for k in range(1, 200)]  # ~5 KiB a job
+    with pytest.raises(OSError, match="kept for the next commit"):
+        _write_until_refused(lg, records)
+    assert lg.active == 0 and lg.size > 8192  # no roll: grown past the segment size
+    lg.run(LogJob(records=[head_record(7, 7, 0, 0, 200)], sync=True))
+    monkeypatch.undo()
+    lg.close()
+    assert sum(thefts) == 0  # nothing was given back while the disk was full
+    rec = AckLog(str(small_fs), "q", 8192, RESERVE).open()
+    assert rec.cut_bytes == 0 and rec.commit == (7, 0, 0)

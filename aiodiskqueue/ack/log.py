@@ -19,9 +19,11 @@ queue that filled its disk appends ``D`` and ``H`` records into that reserve,
 so the commit that lets the data queue delete its consumed segments goes
 through. While the disk stays full (the top-up fails), the second half of the
 reserve is kept for commits: a hop without a head record that would reach into
-it fails with ENOSPC, and the pump commits instead. A rolled segment gives its
-reserve back; a closed one keeps it, so a queue reopened on a full disk can
-still be drained.
+it fails with ENOSPC, and the pump commits instead. A roll reserves the next
+segment's blocks before the older segment gives its reserve back, so no other
+writer can take them in between; on a full disk there is no roll, and the
+active segment grows past the segment size into its reserve. A closed segment
+keeps its reserve, so a queue reopened on a full disk can still be drained.
 """
 
 from __future__ import annotations
@@ -339,11 +341,11 @@ class AckLog:
             for p in payloads:
                 fr = frame(p)
                 used = self.size + len(buf)
-                if used > self._seg_start and used + len(fr) > limit:
+                if used > self._seg_start and used + len(fr) > limit and not self._starved:
                     self._write(buf)
                     buf = bytearray()
-                    self._roll()
-                    start = self.size
+                    if self._roll():
+                        start = self.size
                 locs.append((self.active, self.size + len(buf), len(fr)))
                 buf += fr
                 kind = p[0]
@@ -407,17 +409,47 @@ class AckLog:
         except OSError:
             log.exception("%s: cannot cut a failed write", self.path(self.active))
 
-    def _roll(self) -> None:
+    def _roll(self) -> bool:
+        """Make the next segment the active one; False if the disk is full.
+
+        The next segment gets its reserve before the older one gives its own back,
+        so no other writer on the disk can take those blocks in between. When the
+        next one cannot get a reserve, the active segment stays, and grows past
+        the segment size into its reserve until a top-up finds room again.
+        """
         assert self._fd is not None
         os.fsync(self._fd)  # the older segment is complete and durable before the next starts
-        os.ftruncate(self._fd, self.size)  # its reserve goes to the next segment
-        self._new_segment(self.active + 1)
+        num = self.active + 1
+        fd = self._create(num)
+        try:
+            got = reserve_past_end(fd, 0, self.reserve_bytes) if self.reserve_bytes > 0 else None
+        except OSError:
+            self._drop(num, fd)
+            raise
+        if got is False:
+            self._drop(num, fd)
+            self._starved = True
+            return False
+        os.ftruncate(self._fd, self.size)  # its reserve back, the next segment has its own
+        self._activate(num, fd, self.reserve_bytes if got else 0)
         self._flush_head()
+        return True
 
     def _new_segment(self, num: int) -> None:
         """Create segment ``num`` and make it the active one. If it cannot be created, the
         active segment stays as it was (still open)."""
-        fd = os.open(self.path(num), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._activate(num, self._create(num), 0)
+        self._top_up()
+
+    def _create(self, num: int) -> int:
+        return os.open(self.path(num), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def _drop(self, num: int, fd: int) -> None:
+        """Close and remove segment ``num``, created but never made active."""
+        os.close(fd)
+        os.remove(self.path(num))
+
+    def _activate(self, num: int, fd: int, reserved: int) -> None:
         if self._fd is not None:
             os.close(self._fd)
         self._fd = fd
@@ -425,8 +457,8 @@ class AckLog:
         self.size = 0
         self.sizes[num] = 0
         self._dir_dirty = True
-        self._reserved_end = 0
-        self._top_up()
+        self._reserved_end = reserved
+        self._starved = False
 
     def _flush_head(self) -> None:
         # Every segment starts with the head, so deleting older segments never
