@@ -57,28 +57,27 @@ def test_loads_beside_a_live_store_see_only_stored_states(small_fs: Path) -> Non
     hundreds of half-rewritten files in a run like this one.
     """
     path = str(small_fs / "q.diskqueue.meta.dat")
-    states = metas(3000)
+    states = metas(1000)
     store_meta(path, states[0])
-    done = threading.Event()
+    stop = threading.Event()
+    stores = 0
 
     def writer() -> None:
-        try:
-            for m in states[1:]:
-                store_meta(path, m)
-        finally:
-            done.set()
+        nonlocal stores
+        while not stop.is_set():
+            store_meta(path, states[stores % len(states)])
+            stores += 1
 
     t = threading.Thread(target=writer)
     t.start()
-    seen, loads = set(), 0
+    seen: set[Meta] = set()
     try:
-        while not done.is_set():
+        for _ in range(5000):
             m = load_meta(path)
             assert m is not None
             seen.add(m)
-            loads += 1
     finally:
+        stop.set()
         t.join()
     assert seen <= set(states)
-    assert loads > 100 and len(seen) > 10  # the reads really ran beside the stores
-    assert load_meta(path) == states[-1]
+    assert stores > 100 and len(seen) > 10  # the loads really ran beside the stores
