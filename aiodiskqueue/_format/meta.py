@@ -129,9 +129,10 @@ def load_meta(path: str) -> Meta | None:
     """Read the meta file at ``path``; ``None`` if it does not exist.
 
     Safe beside a live queue storing its meta: a store writes into the spare
-    and swaps it with the meta file, so the file a reader opened may become the
-    spare and be written next. The content counts only if the file is still at
-    ``path`` after it was read, and two reads agree; else it is read again.
+    and swaps it with the meta file, so a file a reader opened as the meta may
+    be the spare by the time it reads, half rewritten. A read counts only if
+    two reads of the file agree, it is still the file at ``path`` afterwards,
+    its size is what was read, and it parses; else it is read again.
 
     Raises ValueError if it exists but cannot be parsed.
     """
@@ -144,15 +145,18 @@ def load_meta(path: str) -> Meta | None:
         try:
             data = os.pread(fd, 4096, 0)
             again = os.pread(fd, 4096, 0)
-            ino = os.fstat(fd).st_ino
+            try:
+                same_file = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same_file = False
+            whole = os.fstat(fd).st_size == len(data)  # after the stat: no truncate pending
         finally:
             os.close(fd)
-        try:
-            stable = data == again and os.stat(path).st_ino == ino
-        except FileNotFoundError:
-            stable = False
-        if stable:
-            break
+        if data == again and same_file and whole:
+            try:
+                return Meta.decode(data)
+            except ValueError:
+                pass  # damaged, or caught half way through a store: read again
     return Meta.decode(data)
 
 
