@@ -25,7 +25,11 @@ def test_a_store_keeps_the_old_meta_file_as_the_next_spare(tmp_path: Path) -> No
     first = os.stat(path).st_ino
     store_meta(path, Meta(2, 0, 0, 0, 20))
     assert load_meta(path) == Meta(2, 0, 0, 0, 20)
-    assert os.stat(spare_path(path)).st_ino == first  # swapped, not freed
+    # Swapped, not freed: the spare is the old meta file, content and all (a new
+    # spare would be zeros).
+    assert os.stat(spare_path(path)).st_ino == first
+    with open(spare_path(path), "rb") as f:
+        assert f.read() == Meta(1, 0, 0, 0, 10).encode()
     assert sorted(os.listdir(tmp_path)) == ["q.diskqueue.meta.dat", "q.diskqueue.meta.dat.0.tmp"]
 
 
@@ -35,6 +39,8 @@ def test_a_store_without_a_spare_keeps_the_old_meta_file_as_one(tmp_path: Path) 
     os.remove(spare_path(path))
     store_meta(path, Meta(2, 0, 0, 0, 20))
     assert load_meta(path) == Meta(2, 0, 0, 0, 20)
+    with open(spare_path(path), "rb") as f:
+        assert f.read() == Meta(1, 0, 0, 0, 10).encode()  # not a newly allocated spare
     assert sorted(os.listdir(tmp_path)) == ["q.diskqueue.meta.dat", "q.diskqueue.meta.dat.0.tmp"]
 
 

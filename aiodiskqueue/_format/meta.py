@@ -136,7 +136,7 @@ def load_meta(path: str) -> Meta | None:
 
     Raises ValueError if it exists but cannot be parsed.
     """
-    data = b""
+    error = ValueError(f"{path} changed during each of {_LOAD_TRIES} reads")
     for _ in range(_LOAD_TRIES):
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -149,15 +149,17 @@ def load_meta(path: str) -> Meta | None:
                 same_file = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same_file = False
-            whole = os.fstat(fd).st_size == len(data)  # after the stat: no truncate pending
+            # After the stat: no truncate of a half rewritten file pending. (Over 4 KiB is
+            # no meta file: decoding it says so.)
+            whole = len(data) in (os.fstat(fd).st_size, 4096)
         finally:
             os.close(fd)
         if data == again and same_file and whole:
             try:
                 return Meta.decode(data)
-            except ValueError:
-                pass  # damaged, or caught half way through a store: read again
-    return Meta.decode(data)
+            except ValueError as exc:  # damaged, or caught half way through a store
+                error = exc
+    raise error
 
 
 def spare_path(path: str) -> str:
@@ -201,9 +203,12 @@ def store_meta(path: str, meta: Meta) -> None:
         os.close(fd)
     directory = os.path.dirname(path) or "."
     if exchange_paths(tmp, path):
+        fsync_dir(directory)  # stored
         if tmp != spare:
-            os.rename(tmp, spare)  # the old meta file, kept as the spare
-        fsync_dir(directory)
+            try:
+                os.rename(tmp, spare)  # the old meta file, kept as the spare
+            except OSError:
+                pass  # a leftover temp file, removed by the next open
         return
     os.replace(tmp, path)
     fsync_dir(directory)

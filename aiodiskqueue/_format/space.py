@@ -51,6 +51,9 @@ _renameat2 = _libc_function(("renameat2",),  # glibc 2.28 and later
                              ctypes.c_uint))
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 1 << 1
+# A name missing, or no exchange here (EPERM: a sandbox that filters the call); a plain
+# rename by the caller then fails if the error is real.
+_NO_EXCHANGE = (errno.ENOENT, errno.EPERM, errno.EXDEV, *_UNSUPPORTED)
 
 
 def reserve_past_end(fd: int, offset: int, length: int) -> bool | None:
@@ -79,15 +82,15 @@ def exchange_paths(a: str, b: str) -> bool:
     """Swap the files at ``a`` and ``b`` in one atomic step (Linux's
     ``renameat2(RENAME_EXCHANGE)``); neither is freed, so this needs no block.
 
-    True if swapped. False if either does not exist, or this platform or
-    filesystem cannot exchange (the caller then renames instead). Raises
-    OSError on any other error.
+    True if swapped. False if either does not exist, or this platform,
+    filesystem or sandbox cannot exchange (the caller then renames instead).
+    Raises OSError on any other error.
     """
     if _renameat2 is None:
         return False
     if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     err = ctypes.get_errno()
-    if err == errno.ENOENT or err in _UNSUPPORTED:
+    if err in _NO_EXCHANGE:
         return False
     raise OSError(err, os.strerror(err), a, None, b)
