@@ -200,3 +200,58 @@ def test_a_roll_on_a_full_disk_keeps_the_reserve_for_the_commit(
     assert sum(thefts) == 0  # nothing was given back while the disk was full
     rec = AckLog(str(small_fs), "q", 8192, RESERVE).open()
     assert rec.cut_bytes == 0 and rec.commit == (7, 0, 0)
+
+
+def test_a_hop_past_the_segment_size_on_a_full_disk_keeps_out_of_the_commit_half(
+        small_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hop that crosses the segment size when no next segment can be reserved: its
+    records would reach into the half of the reserve kept for the commit, so the hop
+    is refused before anything is written, and the reserve stays whole."""
+    lg = AckLog(str(small_fs), "q", 8192, RESERVE)
+    lg.open()
+    seg = lg.path(lg.active)
+    lg.run(LogJob(records=[done_record(k, k) for k in range(1, 300)]))  # just under 8 KiB
+    _take_every_free_byte(small_fs / "filler")
+    real = os.ftruncate
+    thefts: list[int] = []
+
+    def ftruncate_and_steal(fd: int, size: int) -> None:
+        real(fd, size)
+        thefts.append(_take_every_free_byte(small_fs / f"thief{len(thefts)}"))
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate_and_steal)
+    size, allocated = lg.size, _allocated(seg)
+    big = [done_record(k, k) for k in range(1000, 3400)]  # ~60 KiB
+    with pytest.raises(OSError, match="kept for the next commit"):
+        lg.run(LogJob(records=big))
+    assert lg.size == size and lg.active == 0 and thefts == []
+    assert _allocated(seg) == allocated > size + RESERVE // 2  # the reserve is whole
+    lg.run(LogJob(records=[*big[:100], head_record(7, 7, 0, 0, 1100)], sync=True))
+    monkeypatch.undo()
+    lg.close()
+    rec = AckLog(str(small_fs), "q", 8192, RESERVE).open()
+    assert rec.cut_bytes == 0 and rec.commit == (7, 0, 0)
+
+
+def test_an_empty_last_segment_left_by_a_crash_is_removed_at_open(tmp_path: Path) -> None:
+    lg = AckLog(str(tmp_path), "q", 4096, 0)
+    lg.open()
+    lg.run(LogJob(records=[done_record(k, k) for k in range(1, 300)], sync=True))
+    lg.run(LogJob(records=[head_record(9, 9, 0, 0, 300)], sync=True))
+    last = lg.active
+    lg.close()
+    open(lg.path(last + 1), "wb").close()  # a roll that crashed before its head record
+    again = AckLog(str(tmp_path), "q", 4096, 0)
+    rec = again.open()
+    assert not os.path.exists(lg.path(last + 1)) and again.active == last
+    assert rec.commit == (9, 0, 0) and last + 1 not in rec.sizes
+    again.close()
+
+
+def test_an_empty_first_segment_left_by_a_crash_gets_its_head_at_open(tmp_path: Path) -> None:
+    lg = AckLog(str(tmp_path), "q", 4096, 0)
+    open(lg.path(0), "wb").close()  # a new log whose head record never made it
+    lg.open()
+    assert lg.size > 0  # the head record
+    lg.close()
+    assert os.path.getsize(lg.path(0)) == lg.size

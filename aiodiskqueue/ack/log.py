@@ -176,12 +176,19 @@ class AckLog:
             self.sizes[num] = len(data)
         if commit is not None:
             self.commit = commit
+        if len(nums) > 1 and self.sizes[nums[-1]] == 0:
+            # Left by a roll that did not get to its head record (a crash): no records.
+            empty = nums.pop()
+            os.remove(self.path(empty))
+            del self.sizes[empty]
         if nums:
             self.active = nums[-1]
             self._fd = os.open(self.path(self.active), os.O_RDWR | os.O_CREAT, 0o644)
             self.size = self.sizes[self.active]
             self._reserved_end = self.size
             self._top_up()
+            if self.size == 0:  # a new log's first segment, created just before a crash
+                self._flush_head()
         else:
             self._new_segment(0)
             self._flush_head()
@@ -312,16 +319,18 @@ class AckLog:
             raise _Damaged(f"{self.path(seg)}: bad entry record at offset {off}")
         return p
 
-    def _check_room(self, payloads: list[bytes]) -> None:
+    def _check_room(self, payloads: list[bytes], pending: int = 0, *,
+                    commit: bool = False) -> None:
         """On a full disk, keep the last half of the reserve for a commit's records.
 
-        Raises OSError(ENOSPC) for records without a head record that would reach
-        into it.
+        Raises OSError(ENOSPC) for records (plus ``pending`` bytes framed but not
+        written yet) that would reach into it, unless they include a head record
+        (``commit`` says an earlier part of the same hop did).
         """
-        need = sum(len(p) for p in payloads) + FRAME.size * len(payloads)
+        need = pending + sum(len(p) for p in payloads) + FRAME.size * len(payloads)
         if self.size + need <= self._reserved_end - self.reserve_bytes // 2:
             return
-        if any(p[0] == KIND_HEAD for p in payloads):
+        if commit or any(p[0] == KIND_HEAD for p in payloads):
             return
         raise OSError(errno.ENOSPC, "no space left for the ack log; its reserve is kept "
                       "for the next commit")
@@ -337,14 +346,20 @@ class AckLog:
         start = self.size
         start_seg = self.active
         limit = self.segment_bytes
+        commit = False
         try:
-            for p in payloads:
+            for i, p in enumerate(payloads):
                 fr = frame(p)
                 used = self.size + len(buf)
                 if used > self._seg_start and used + len(fr) > limit and not self._starved:
-                    self._write(buf)
-                    buf = bytearray()
-                    if self._roll():
+                    nxt = self._reserve_next()
+                    if nxt is None:
+                        # Full disk, no roll: the rest goes into this segment's reserve,
+                        # as far as records that are not a commit's may use it.
+                        self._check_room(payloads[i:], len(buf), commit=commit)
+                    else:
+                        self._roll(*nxt, buf)
+                        buf = bytearray()
                         start = self.size
                 locs.append((self.active, self.size + len(buf), len(fr)))
                 buf += fr
@@ -353,6 +368,7 @@ class AckLog:
                     key, seq = SEQ.unpack_from(p, 1)
                     self._track(key, seq)
                 elif kind == KIND_HEAD:
+                    commit = True
                     _, seq, cseq, cfile, cpos, nkey = HEAD.unpack(p)
                     self.commit = (cseq, cfile, cpos)
                     self.fetch_seq = max(self.fetch_seq, seq)
@@ -360,7 +376,8 @@ class AckLog:
             self._write(buf)
         except OSError:
             if self.active == start_seg:
-                self._cut(start)
+                if self.size != start:  # a truncate would also free the reserve past the end
+                    self._cut(start)
             else:
                 # A roll happened: what went into the older segment stays (a retry writes
                 # those records again, which replay takes as the same state); the new
@@ -409,16 +426,15 @@ class AckLog:
         except OSError:
             log.exception("%s: cannot cut a failed write", self.path(self.active))
 
-    def _roll(self) -> bool:
-        """Make the next segment the active one; False if the disk is full.
+    def _reserve_next(self) -> tuple[int, int, int] | None:
+        """Create the next segment with its reserve: ``(number, fd, bytes reserved)``, or
+        None if the disk is full (the file is removed again).
 
-        The next segment gets its reserve before the older one gives its own back,
-        so no other writer on the disk can take those blocks in between. When the
-        next one cannot get a reserve, the active segment stays, and grows past
-        the segment size into its reserve until a top-up finds room again.
+        The next segment gets its reserve before the active one gives its own back
+        (:meth:`_roll`), so no other writer on the disk can take those blocks in
+        between. Without one, the active segment stays, and grows past the segment
+        size into its reserve until a top-up finds room again.
         """
-        assert self._fd is not None
-        os.fsync(self._fd)  # the older segment is complete and durable before the next starts
         num = self.active + 1
         fd = self._create(num)
         try:
@@ -429,11 +445,22 @@ class AckLog:
         if got is False:
             self._drop(num, fd)
             self._starved = True
-            return False
-        os.ftruncate(self._fd, self.size)  # its reserve back, the next segment has its own
-        self._activate(num, fd, self.reserve_bytes if got else 0)
+            return None
+        return num, fd, self.reserve_bytes if got else 0
+
+    def _roll(self, num: int, fd: int, reserved: int, rest: bytearray) -> None:
+        """Write ``rest`` to the active segment, then make segment ``num`` (from
+        :meth:`_reserve_next`) the active one."""
+        assert self._fd is not None
+        try:
+            self._write(rest)
+            os.fsync(self._fd)  # the older segment is complete and durable before the next
+            os.ftruncate(self._fd, self.size)  # its reserve back, the next one has its own
+        except OSError:
+            self._drop(num, fd)
+            raise
+        self._activate(num, fd, reserved)
         self._flush_head()
-        return True
 
     def _new_segment(self, num: int) -> None:
         """Create segment ``num`` and make it the active one. If it cannot be created, the
