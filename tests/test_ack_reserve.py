@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers_fs import take_every_free_byte
 
 from aiodiskqueue._format import space
 from aiodiskqueue.ack import log as ack_log
@@ -161,19 +162,6 @@ def test_a_roll_that_fails_after_creating_the_segment_loses_no_later_record(
     assert 999 in rec.entries  # written after the failed roll, and read back
 
 
-def _take_every_free_byte(path: Path) -> int:
-    taken = 0
-    with open(path, "wb", buffering=0) as f:
-        for size in (65536, 4096, 1):
-            try:
-                while True:
-                    taken += f.write(b"\0" * size)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-    return taken
-
-
 def test_a_roll_on_a_full_disk_keeps_the_reserve_for_the_commit(
         small_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another writer on the disk takes every block as soon as one is freed (here:
@@ -181,13 +169,13 @@ def test_a_roll_on_a_full_disk_keeps_the_reserve_for_the_commit(
     full: the older segment keeps its reserve until the next one has its own."""
     lg = AckLog(str(small_fs), "q", 8192, RESERVE)
     lg.open()
-    _take_every_free_byte(small_fs / "filler")
+    take_every_free_byte(small_fs / "filler")
     real = os.ftruncate
     thefts: list[int] = []
 
     def ftruncate_and_steal(fd: int, size: int) -> None:
         real(fd, size)
-        thefts.append(_take_every_free_byte(small_fs / f"thief{len(thefts)}"))
+        thefts.append(take_every_free_byte(small_fs / f"thief{len(thefts)}"))
 
     monkeypatch.setattr(os, "ftruncate", ftruncate_and_steal)
     records = [done_record(k, k) for k in range(1, 200)]  # ~5 KiB a job
@@ -211,13 +199,13 @@ def test_a_hop_past_the_segment_size_on_a_full_disk_keeps_out_of_the_commit_half
     lg.open()
     seg = lg.path(lg.active)
     lg.run(LogJob(records=[done_record(k, k) for k in range(1, 300)]))  # just under 8 KiB
-    _take_every_free_byte(small_fs / "filler")
+    take_every_free_byte(small_fs / "filler")
     real = os.ftruncate
     thefts: list[int] = []
 
     def ftruncate_and_steal(fd: int, size: int) -> None:
         real(fd, size)
-        thefts.append(_take_every_free_byte(small_fs / f"thief{len(thefts)}"))
+        thefts.append(take_every_free_byte(small_fs / f"thief{len(thefts)}"))
 
     monkeypatch.setattr(os, "ftruncate", ftruncate_and_steal)
     size, allocated = lg.size, _allocated(seg)

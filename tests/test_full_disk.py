@@ -9,7 +9,6 @@ with the reason, so a run that cannot exercise them never looks green; set
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_fs import take_every_free_byte
 
 from aiodiskqueue import AckQueue, DiskQueue, DiskQueueError
 from aiodiskqueue._format import meta as meta_module
@@ -56,15 +56,7 @@ async def fill(q: DiskQueue | AckQueue) -> list[bytes]:
 
 def fill_with_file(path: Path) -> None:
     """Take every free byte of the filesystem with one file."""
-    with open(path, "wb", buffering=0) as f:
-        def write_until_full(size: int) -> None:
-            while True:
-                f.write(b"\0" * size)
-
-        for size in (65536, 4096, 512, 1):
-            with pytest.raises(OSError, match="No space left") as ei:
-                write_until_full(size)
-            assert ei.value.errno == errno.ENOSPC
+    assert take_every_free_byte(path) > 0
     assert free_bytes(path.parent) == 0
 
 
@@ -85,11 +77,7 @@ def test_meta_stores_on_a_full_disk_need_no_block_freed_before(
         nonlocal thefts
         real(directory)
         thefts += 1
-        with open(mnt / f"thief{thefts}", "wb", buffering=0) as f:
-            for size in (4096, 512, 1):
-                with contextlib.suppress(OSError):
-                    while True:
-                        f.write(b"\0" * size)
+        take_every_free_byte(mnt / f"thief{thefts}")
 
     monkeypatch.setattr(meta_module, "fsync_dir", fsync_dir_and_take_what_is_free)
     for i in range(1, 6):
