@@ -23,6 +23,8 @@ import pytest
 from aiohttp import ClientSession, web
 from test_broker_support import TIMEOUT, MakeBroker, eventually, make_broker
 
+from aiodiskqueue.broker._lookupd import LookupdPeer, command
+
 __all__ = ["make_broker"]
 
 _NAME = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
@@ -282,3 +284,32 @@ async def test_pynsq_reader_finds_the_broker_through_lookupd(make_broker: MakeBr
     assert proc.returncode == 0, err.decode()
     assert sorted(json.loads(out.decode().strip().splitlines()[-1])) == ["one", "three", "two"]
     assert lookupd.violations == []
+
+
+async def test_a_close_is_not_lost_when_a_response_lands_with_it() -> None:
+    """Closing cancels the registration task. A response landing in the same loop
+    iteration must not swallow that cancellation: on Python 3.11 ``asyncio.wait_for``
+    did (its inner read was done, so it returned the read instead), and ``aclose()``
+    then waited for ever on a task that went on pinging."""
+    loop = asyncio.get_running_loop()
+    gate: asyncio.Future[bytes] = loop.create_future()
+
+    class Reader:
+        async def readexactly(self, n: int) -> bytes:
+            return await gate if n else b""
+
+    class Writer:
+        def write(self, data: bytes) -> None:
+            pass
+
+        async def drain(self) -> None:
+            pass
+
+    peer = LookupdPeer(None, "127.0.0.1:4160")  # type: ignore[arg-type]  # no broker needed
+    peer._reader, peer._writer = Reader(), Writer()  # type: ignore[assignment]
+    task = loop.create_task(peer._command(command("PING")))
+    await asyncio.sleep(0)  # the task now waits for the response's first bytes
+    gate.set_result(b"\0\0\0\0")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -104,8 +104,8 @@ class LookupdPeer:
                 next_ping = loop.time() + PING_INTERVAL
                 while True:
                     try:
-                        cmd = await asyncio.wait_for(self._queue.get(),
-                                                     max(0.0, next_ping - loop.time()))
+                        async with asyncio.timeout_at(next_ping):
+                            cmd = await self._queue.get()
                     except TimeoutError:
                         cmd = command("PING")
                         next_ping = loop.time() + PING_INTERVAL
@@ -117,8 +117,8 @@ class LookupdPeer:
             await asyncio.sleep(PING_INTERVAL)
 
     async def _connect(self) -> None:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), _IO_TIMEOUT)
+        async with asyncio.timeout(_IO_TIMEOUT):
+            reader, writer = await asyncio.open_connection(self.host, self.port)
         self._reader, self._writer = reader, writer
         writer.write(_MAGIC_V1)
         b = self.broker
@@ -142,12 +142,15 @@ class LookupdPeer:
         """Send ``cmd`` and read its response. Raises LookupdError for an error answer."""
         assert self._reader is not None and self._writer is not None
         self._writer.write(cmd)
-        await asyncio.wait_for(self._writer.drain(), _IO_TIMEOUT)
-        head = await asyncio.wait_for(self._reader.readexactly(4), _IO_TIMEOUT)
+        async with asyncio.timeout(_IO_TIMEOUT):
+            await self._writer.drain()
+        async with asyncio.timeout(_IO_TIMEOUT):
+            head = await self._reader.readexactly(4)
         (size,) = struct.unpack(">i", head)
         if not 0 <= size <= _MAX_RESPONSE:
             raise LookupdError(f"bad response size {size}")
-        resp = await asyncio.wait_for(self._reader.readexactly(size), _IO_TIMEOUT)
+        async with asyncio.timeout(_IO_TIMEOUT):
+            resp = await self._reader.readexactly(size)
         if resp.startswith(b"E_"):
             raise LookupdError(f"{cmd.split(b' ')[0].strip().decode()} failed: "
                                f"{resp[:200].decode(errors='replace')}")

@@ -135,7 +135,8 @@ class Connection(ReplyWriter):
             loop = asyncio.get_running_loop()
             try:
                 timeout = 2 * self.config.heartbeat_interval_ms / 1000
-                magic = await asyncio.wait_for(self.reader.readexactly(4), timeout)
+                async with asyncio.timeout(timeout):
+                    magic = await self.reader.readexactly(4)
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             if magic != MAGIC_V2:
