@@ -162,6 +162,21 @@ def test_a_roll_that_fails_after_creating_the_segment_loses_no_later_record(
     assert 999 in rec.entries  # written after the failed roll, and read back
 
 
+def _fill_and_steal_after_each_truncate(fs: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Fill ``fs``; from now on, another writer takes every byte freed by a truncate.
+    Returns the list of bytes taken, one entry per truncate."""
+    take_every_free_byte(fs / "filler")
+    real = os.ftruncate
+    thefts: list[int] = []
+
+    def ftruncate_and_steal(fd: int, size: int) -> None:
+        real(fd, size)
+        thefts.append(take_every_free_byte(fs / f"thief{len(thefts)}"))
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate_and_steal)
+    return thefts
+
+
 def test_a_roll_on_a_full_disk_keeps_the_reserve_for_the_commit(
         small_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another writer on the disk takes every block as soon as one is freed (here:
@@ -169,15 +184,7 @@ def test_a_roll_on_a_full_disk_keeps_the_reserve_for_the_commit(
     full: the older segment keeps its reserve until the next one has its own."""
     lg = AckLog(str(small_fs), "q", 8192, RESERVE)
     lg.open()
-    take_every_free_byte(small_fs / "filler")
-    real = os.ftruncate
-    thefts: list[int] = []
-
-    def ftruncate_and_steal(fd: int, size: int) -> None:
-        real(fd, size)
-        thefts.append(take_every_free_byte(small_fs / f"thief{len(thefts)}"))
-
-    monkeypatch.setattr(os, "ftruncate", ftruncate_and_steal)
+    thefts = _fill_and_steal_after_each_truncate(small_fs, monkeypatch)
     records = [done_record(k, k) for k in range(1, 200)]  # ~5 KiB a job
     with pytest.raises(OSError, match="kept for the next commit"):
         _write_until_refused(lg, records)
@@ -199,15 +206,7 @@ def test_a_hop_past_the_segment_size_on_a_full_disk_keeps_out_of_the_commit_half
     lg.open()
     seg = lg.path(lg.active)
     lg.run(LogJob(records=[done_record(k, k) for k in range(1, 300)]))  # just under 8 KiB
-    take_every_free_byte(small_fs / "filler")
-    real = os.ftruncate
-    thefts: list[int] = []
-
-    def ftruncate_and_steal(fd: int, size: int) -> None:
-        real(fd, size)
-        thefts.append(take_every_free_byte(small_fs / f"thief{len(thefts)}"))
-
-    monkeypatch.setattr(os, "ftruncate", ftruncate_and_steal)
+    thefts = _fill_and_steal_after_each_truncate(small_fs, monkeypatch)
     size, allocated = lg.size, _allocated(seg)
     big = [done_record(k, k) for k in range(1000, 3400)]  # ~60 KiB
     with pytest.raises(OSError, match="kept for the next commit"):
