@@ -146,15 +146,15 @@ def load_meta(path: str) -> Meta | None:
             data = os.pread(fd, 4096, 0)
             again = os.pread(fd, 4096, 0)
             try:
-                same_file = os.stat(path).st_ino == os.fstat(fd).st_ino
+                at_path = os.stat(path).st_ino
             except FileNotFoundError:
-                same_file = False
-            # After the stat: no truncate of a half rewritten file pending. (Over 4 KiB is
-            # no meta file: decoding it says so.)
-            whole = len(data) in (os.fstat(fd).st_size, 4096)
+                at_path = -1
+            # After the stat, so no truncate of a half rewritten file is pending. (Over
+            # 4 KiB is no meta file: decoding it says so.)
+            st = os.fstat(fd)
         finally:
             os.close(fd)
-        if data == again and same_file and whole:
+        if data == again and at_path == st.st_ino and len(data) in (st.st_size, 4096):
             try:
                 return Meta.decode(data)
             except ValueError as exc:  # damaged, or caught half way through a store
