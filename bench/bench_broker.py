@@ -62,7 +62,11 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import ClientSession
 
+import aiodiskqueue
 from aiodiskqueue import AckQueue
+
+#: The directory holding the ``aiodiskqueue`` package this process runs.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(aiodiskqueue.__file__)))
 
 Row = tuple[str, float, float, float]  # name, seconds, messages/s, CPU us per message
 
@@ -174,10 +178,16 @@ class BrokerProcess:
 
     def __init__(self, sync_every: int, *extra: str) -> None:
         self.dir = tempfile.TemporaryDirectory()
+        # The broker runs the package this process imported (a worktree on PYTHONPATH, to
+        # compare two versions): `-m` would put the working directory first on the
+        # child's path, so it starts in the data directory, with the package's root first.
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aiodiskqueue.broker", "--data-dir", self.dir.name,
              "--tcp-port", "0", "--http-port", "0", "--sync-every", str(sync_every), *extra],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, text=True, cwd=self.dir.name, env=env,
         )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
