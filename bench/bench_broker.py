@@ -42,7 +42,10 @@ The last line is a calibration measured in the same run, before and after
 the rows: the CPU cost of an ``asyncio.Queue`` round trip between two tasks,
 against the range measured for it on the reference machine of this class (the
 machine the speed targets were set on), so that a reader
-can tell how fast the (shared) machine ran. It is printed, not applied.
+can tell how fast the (shared) machine ran. It is printed, not applied. A second
+line gives the CPU of a round trip to a thread that sleeps between jobs (two thread
+wake-ups), and every row its process's thread sleeps per message: on a machine
+where a wake-up is dear, they tell how much of a row's CPU is hand-overs.
 """
 
 from __future__ import annotations
@@ -64,11 +67,14 @@ from aiohttp import ClientSession
 
 import aiodiskqueue
 from aiodiskqueue import AckQueue
+from aiodiskqueue._core.iothread import IOThread
 
 #: The directory holding the ``aiodiskqueue`` package this process runs.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(aiodiskqueue.__file__)))
 
-Row = tuple[str, float, float, float]  # name, seconds, messages/s, CPU us per message
+# name, seconds, messages/s, CPU us per message, thread sleeps (voluntary context switches)
+# per message
+Row = tuple[str, float, float, float, float]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -81,10 +87,35 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def process_sleeps(pid: int) -> int:
+    """Voluntary context switches of process ``pid``'s live threads, summed: how often
+    one of them blocked (in a futex, epoll, a queue) and was woken again."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status", "rb") as f:
+                status = f.read()
+        except OSError:  # the thread has just ended
+            continue
+        for line in status.splitlines():
+            if line.startswith(b"voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
 def self_cpu() -> float:
     """This process's user + system CPU seconds."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def self_sleeps() -> int:
+    """Voluntary context switches of this process, all its threads (ended ones too)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
 
 
 # ---------------------------------------------------------------------- calibration
@@ -119,6 +150,36 @@ async def calibration() -> float:
     return cpu / CALIBRATION_ROUND_TRIPS * 1e6
 
 
+HOP_ROUND_TRIPS = 2_000
+
+
+async def hop_calibration() -> float:
+    """CPU microseconds per round trip to a thread that sleeps between jobs (the queue's
+    I/O thread, :class:`~aiodiskqueue._core.iothread.IOThread`): two thread wake-ups.
+
+    Where a thread's sleep and wake-up are expensive (a VM whose idle vCPUs halt), this
+    is many times the ``asyncio.Queue`` round trip, and every path that hands work to a
+    thread pays it: the rows' sleeps per message say how often.
+    """
+    io = IOThread("bench-hop")
+    try:
+        for _ in range(100):
+            await io.run(int)
+        c0 = self_cpu()
+        for _ in range(HOP_ROUND_TRIPS):
+            await io.run(int)
+        return (self_cpu() - c0) / HOP_ROUND_TRIPS * 1e6
+    finally:
+        io.stop()
+
+
+def hop_line(us: list[float]) -> str:
+    """The thread hop calibration as printed."""
+    return (f"thread hop: {min(us):.1f} us CPU per round trip to a thread that sleeps between "
+            f"jobs (runs {', '.join(f'{u:.1f}' for u in us)} us), against the "
+            f"asyncio.Queue round trip above: what a row pays for each of its sleeps.")
+
+
 def calibration_line(us: list[float]) -> str:
     """The calibration as printed: the run's figure against the machine figures' range."""
     best = min(us)
@@ -134,8 +195,9 @@ def calibration_line(us: list[float]) -> str:
 # ---------------------------------------------------------------------- library anchor
 
 async def run_library(n: int, size: int, pubs: int, cons: int, sync_every: int
-                      ) -> tuple[float, float]:
-    """Producers and consumers as tasks on one AckQueue; return seconds and CPU seconds."""
+                      ) -> tuple[float, float, int]:
+    """Producers and consumers as tasks on one AckQueue; return seconds, CPU seconds and
+    thread sleeps."""
     body = b"x" * size
     with tempfile.TemporaryDirectory() as d:
         async with AckQueue(d, "t:c", format="nsq", max_in_flight=1 << 30,
@@ -156,15 +218,16 @@ async def run_library(n: int, size: int, pubs: int, cons: int, sync_every: int
                     if received >= n:
                         done.set()
 
-            t0, c0 = time.perf_counter(), self_cpu()
+            t0, c0, s0 = time.perf_counter(), self_cpu(), self_sleeps()
             consumers = [asyncio.ensure_future(consume()) for _ in range(cons)]
             await asyncio.gather(*(produce(k) for k in _split(n, pubs)))
             await done.wait()
             elapsed, cpu = time.perf_counter() - t0, self_cpu() - c0
+            sleeps = self_sleeps() - s0
             for c in consumers:
                 c.cancel()
             await asyncio.gather(*consumers, return_exceptions=True)
-            return elapsed, cpu
+            return elapsed, cpu, sleeps
 
 
 def _split(n: int, parts: int) -> list[int]:
@@ -378,28 +441,30 @@ loop.start()
 
 
 async def pynsq_phase(broker: BrokerProcess, mode: str, topic: str, n: int, size: int,
-                      arg: int) -> tuple[float, float]:
-    """Run one pynsq child (pub, mpub or sub); return its seconds and the broker's CPU seconds.
+                      arg: int) -> tuple[float, float, int]:
+    """Run one pynsq child (pub, mpub or sub); return its seconds, the broker's CPU seconds
+    and its threads' sleeps.
 
     The broker's CPU is read from just before the child starts to just after
     it reports: the child's connect and start-up add a few milliseconds.
     """
-    c0 = process_cpu(broker.proc.pid)
+    c0, s0 = process_cpu(broker.proc.pid), process_sleeps(broker.proc.pid)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", PYNSQ, mode, str(broker.tcp), topic, str(n), str(size), str(arg),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 900)
     cpu = process_cpu(broker.proc.pid) - c0
+    sleeps = process_sleeps(broker.proc.pid) - s0
     if proc.returncode != 0:
         raise RuntimeError(f"pynsq {mode} failed: {err.decode()[-2000:]}")
     res = json.loads(out.decode().strip().splitlines()[-1])
     if res["errors"] or res["done"] < n:
         raise RuntimeError(f"pynsq {mode}: {res}")
-    return float(res["seconds"]), cpu
+    return float(res["seconds"]), cpu, sleeps
 
 
 async def cpu_rows(args: argparse.Namespace, broker: BrokerProcess,
-                   add: Callable[[str, int, float, float], None]) -> None:
+                   add: Callable[[str, int, float, float, int], None]) -> None:
     """The pynsq rows: PUB, MPUB x100 into one channel, then consume all of them."""
     n, size = args.cpu_messages, args.size
     topic = "cpu"
@@ -407,12 +472,12 @@ async def cpu_rows(args: argparse.Namespace, broker: BrokerProcess,
         for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel=ch"):
             async with s.post(f"http://127.0.0.1:{broker.http}{path}") as r:
                 assert r.status == 200, await r.text()
-    secs, cpu = await pynsq_phase(broker, "pub", topic, n, size, args.window)
-    add(f"pynsq PUB (window {args.window})", n, secs, cpu)
-    secs, cpu = await pynsq_phase(broker, "mpub", topic, n, size, 100)
-    add("pynsq MPUB x100", n, secs, cpu)
-    secs, cpu = await pynsq_phase(broker, "sub", topic, 2 * n, size, 200)
-    add("pynsq consume (mif 200)", 2 * n, secs, cpu)
+    secs, cpu, sleeps = await pynsq_phase(broker, "pub", topic, n, size, args.window)
+    add(f"pynsq PUB (window {args.window})", n, secs, cpu, sleeps)
+    secs, cpu, sleeps = await pynsq_phase(broker, "mpub", topic, n, size, 100)
+    add("pynsq MPUB x100", n, secs, cpu, sleeps)
+    secs, cpu, sleeps = await pynsq_phase(broker, "sub", topic, 2 * n, size, 200)
+    add("pynsq consume (mif 200)", 2 * n, secs, cpu, sleeps)
 
 
 # ---------------------------------------------------------------------- driver
@@ -423,8 +488,9 @@ Consumer = Callable[[int, str, int, list[int], int, asyncio.Event], Awaitable[No
 
 async def run_broker(broker: BrokerProcess, topic: str, n: int, size: int, pubs: int,
                      cons: int, rdy: int, publisher: Publisher, consumer: Consumer
-                     ) -> tuple[float, float]:
-    """One end-to-end run through the broker; returns seconds and broker CPU seconds."""
+                     ) -> tuple[float, float, int]:
+    """One end-to-end run through the broker; returns seconds, the broker's CPU seconds
+    and its threads' sleeps."""
     body = b"x" * size
     counter = [0]
     done = asyncio.Event()
@@ -437,10 +503,12 @@ async def run_broker(broker: BrokerProcess, topic: str, n: int, size: int, pubs:
             failed[0].result()
             raise RuntimeError("a consumer ended before subscribing")
         await asyncio.sleep(0.01)
-    t0, c0 = time.perf_counter(), process_cpu(broker.proc.pid)
+    pid = broker.proc.pid
+    t0, c0, s0 = time.perf_counter(), process_cpu(pid), process_sleeps(pid)
     await asyncio.gather(*(publisher(broker.tcp, topic, k, body) for k in _split(n, pubs)))
     await asyncio.wait_for(done.wait(), 600)
-    elapsed, cpu = time.perf_counter() - t0, process_cpu(broker.proc.pid) - c0
+    elapsed, cpu = time.perf_counter() - t0, process_cpu(pid) - c0
+    sleeps = process_sleeps(pid) - s0
     for c in consumers:
         c.cancel()
     await asyncio.gather(*consumers, return_exceptions=True)
@@ -450,7 +518,7 @@ async def run_broker(broker: BrokerProcess, topic: str, n: int, size: int, pubs:
         await asyncio.sleep(0.01)
     else:
         raise RuntimeError("not every message was finished")
-    return elapsed, cpu
+    return elapsed, cpu, sleeps
 
 
 async def _clients(broker: BrokerProcess, topic: str) -> int:
@@ -464,14 +532,16 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
     n, size, pubs, cons, rdy = args.messages, args.size, args.publishers, args.consumers, args.rdy
     rows: list[Row] = []
     args.calibration = [await calibration()]
+    args.hop = [await hop_calibration()]
 
-    def add(name: str, count: int, secs: float, cpu: float) -> None:
-        rows.append((name, secs, count / secs, cpu / count * 1e6))
+    def add(name: str, count: int, secs: float, cpu: float, sleeps: int) -> None:
+        rows.append((name, secs, count / secs, cpu / count * 1e6, sleeps / count))
         print(f"{name:26} {count:8d} msgs {secs:8.2f} s {count / secs:10.0f} msg/s "
-              f"{cpu / count * 1e6:7.1f} us CPU/msg", file=sys.stderr)
+              f"{cpu / count * 1e6:7.1f} us CPU/msg {sleeps / count:6.3f} sleeps/msg",
+              file=sys.stderr)
 
-    secs, cpu = await run_library(n, size, pubs, cons, args.sync_every)
-    add("library", n, secs, cpu)
+    secs, cpu, sleeps = await run_library(n, size, pubs, cons, args.sync_every)
+    add("library", n, secs, cpu, sleeps)
     broker = BrokerProcess(args.sync_every, *(["--uvloop"] if args.uvloop else []))
     try:
         if not args.only_cpu:
@@ -483,13 +553,14 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                  ansq_consumer),
             ]
             for i, (name, pub, con) in enumerate(variants):
-                secs, cpu = await run_broker(broker, f"bench{i}", n, size, pubs, cons, rdy,
+                secs, cpu, sleeps = await run_broker(broker, f"bench{i}", n, size, pubs, cons, rdy,
                                              pub, con)
-                add(name, n, secs, cpu)
+                add(name, n, secs, cpu, sleeps)
         await cpu_rows(args, broker, add)
     finally:
         broker.close()
     args.calibration.append(await calibration())
+    args.hop.append(await hop_calibration())
     return rows
 
 
@@ -521,17 +592,24 @@ def main(argv: list[str] | None = None) -> int:
     anchor, anchor_cpu = rows[0][2], rows[0][3]
     if args.json:
         print(json.dumps([{"row": r, "seconds": s, "msgs_per_s": m, "vs_library": m / anchor,
-                           "cpu_us_per_msg": c, "cpu_vs_library": c / anchor_cpu}
-                          for r, s, m, c in rows]
+                           "cpu_us_per_msg": c, "cpu_vs_library": c / anchor_cpu,
+                           "sleeps_per_msg": z}
+                          for r, s, m, c, z in rows]
                          + [{"row": "calibration", "cpu_us_per_round_trip": args.calibration,
-                             "measurements_md_round_trips_per_s": CALIBRATION_THEN}]))
+                             "measurements_md_round_trips_per_s": CALIBRATION_THEN,
+                             "cpu_us_per_thread_hop": args.hop}]))
     else:
         print(f"\n{n_desc(args)}")
-        print(f"{'row':26} {'msg/s':>10} {'vs library':>11} {'CPU us/msg':>11} {'CPU vs lib':>11}")
-        for r, _s, m, c in rows:
-            print(f"{r:26} {m:10.0f} {m / anchor:10.2f}x {c:11.1f} {c / anchor_cpu:10.2f}x")
-        print("CPU us/msg: the broker process's (the library row: this process's).")
+        print(f"{'row':26} {'msg/s':>10} {'vs library':>11} {'CPU us/msg':>11} {'CPU vs lib':>11}"
+              f" {'sleeps/msg':>11}")
+        for r, _s, m, c, z in rows:
+            print(f"{r:26} {m:10.0f} {m / anchor:10.2f}x {c:11.1f} {c / anchor_cpu:10.2f}x"
+                  f" {z:11.3f}")
+        print("CPU us/msg: the broker process's (the library row: this process's). "
+              "sleeps/msg: how often one of its threads blocked and was woken (voluntary "
+              "context switches), per message.")
         print(calibration_line(args.calibration))
+        print(hop_line(args.hop))
     return 0
 
 
