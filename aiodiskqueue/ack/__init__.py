@@ -29,8 +29,9 @@ position and the number of messages taken so far (``fetch_seq``), (3) writes and
 fsyncs the log, (4) syncs the data queue. Commits follow ``sync_every`` (puts,
 takes, finishes and requeues count) and ``sync_interval``, like the core.
 
-Between commits the log runs ahead of the data queue: records are written as
-soon as the log's I/O thread is free, in the order of the takes. On open, the
+Between commits the log runs ahead of the data queue: records are written in
+the order of the takes, by a hop once the log's I/O thread is free; records that
+nothing waits for linger up to 2 ms for more first (:mod:`.pump`). On open, the
 data queue's messages up to the last commit's position, then ``fetch_seq -
 commit_seq`` more, are exactly those the log accounts for (alive, or finished);
 they are skipped, the rest of the data queue is new. So a SIGKILL loses nothing

@@ -140,7 +140,7 @@ class Dispatch:
         e.msg = m
         self._inflight.add(m)
         self._delivered += 1
-        self._pump.kick()
+        self._pump.records_added()
         return m
 
     # ------------------------------------------------------------------ finish / requeue / touch
@@ -165,7 +165,7 @@ class Dispatch:
         e = self._release(m, DeliveryState.FINISHED)
         self._journal.done(e)
         self._finished += 1
-        self._pump.kick()
+        self._pump.records_added()
 
     def _requeue(self, m: Message, delay: float) -> None:
         d = self._check_delay(delay)

@@ -86,7 +86,8 @@ class Message:
         """NSQ FIN: the message is done and never delivered again.
 
         With ``sync_every=1`` returns once this is durable; otherwise it is
-        durable at the next commit (and written to the OS within a hop).
+        durable at the next commit (and written to the OS by a hop within a few
+        milliseconds: see :data:`aiodiskqueue.ack.pump.LINGER`).
 
         Raises MessageNotInFlight if the message is not in flight any more,
         QueueClosed if the queue was closed, DiskQueueError if the commit fails.

@@ -6,6 +6,18 @@ back the bodies of due entries); a *log sync* is a hop with an fsync; a *commit*
 taking messages, writes a head record with the data queue's read position, fsyncs the
 log and then syncs the data queue (see the package's design notes in
 :mod:`aiodiskqueue.ack.queue`).
+
+Records that nothing waits for (a delivery's, a finish's) *linger* before their hop:
+it is sent once :data:`LINGER_RECORDS` are pending or the oldest has waited
+:data:`LINGER` seconds. A hop wakes the I/O thread, which then waits for the GIL after
+each system call; where a thread's sleep and wake-up are dear (a VM whose idle vCPUs
+halt: 40-70 us of CPU each on the project's, see ``bench/README.md``), hops sent as
+soon as the thread is free cost a consumer that waits on the network between
+messages (the broker's) more than its messages do. Records that something
+waits for (a deferred put, a load, a log sync, a commit) go at once, and a commit
+writes whatever lingers first, so no durability promise moves; and a delivery
+finished while its record lingers is never written with its body (see
+:mod:`.journal`).
 """
 
 from __future__ import annotations
@@ -29,6 +41,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiodiskqueue")
 
+#: Seconds the oldest record nothing waits for may linger before a hop writes it ...
+LINGER = 0.002
+#: ... unless this many are pending (the hop then goes at once).
+LINGER_RECORDS = 512
+_TIMER_SLACK = 0.001
 LOAD_BATCH = 256
 """Bodies of due entries read back from the log in one hop, at most."""
 
@@ -66,6 +83,8 @@ class Pump:
         # records their last delivery, so attempts seen by consumers never go back
         # after a crash. (entry, its ver when held)
         self._held: list[tuple[Entry, int]] = []
+        # When the oldest pending record that nothing waits for is due to be written.
+        self._linger_until: float | None = None
 
     # ------------------------------------------------------------------ life cycle
 
@@ -156,6 +175,14 @@ class Pump:
         if w is not None and not w.done():
             w.set_result(None)
 
+    def records_added(self) -> None:
+        """Records that nothing waits for were appended: wake the task, unless they
+        linger behind earlier ones (the task's timer, or :data:`LINGER_RECORDS`, ends
+        that)."""
+        if (self._linger_until is None
+                or len(self._q._journal.pending) >= LINGER_RECORDS):
+            self.kick()
+
     def count_op(self) -> None:
         """Count one put, take, finish or requeue towards ``sync_every``."""
         self._ops += 1
@@ -221,8 +248,8 @@ class Pump:
                     await self._commit()
                 elif self._log_waiters:
                     await self._log_sync()
-                elif q._journal.pending or q._journal.waiters or self._want_load() \
-                        or self._space_work():
+                elif q._journal.waiters or self._want_load() or self._space_work() \
+                        or (q._journal.pending and self._lingered()):
                     await self.hop(False)
                 else:
                     await self._idle()
@@ -232,6 +259,20 @@ class Pump:
                 self.error = exc
         finally:
             await self._finish_close()
+
+    def _lingered(self) -> bool:
+        """Have the pending records lingered long enough (or grown many enough) for a
+        hop? The first call after a hop starts the clock."""
+        q = self._q
+        if len(q._journal.pending) >= LINGER_RECORDS:
+            return True
+        now = q._loop.time()
+        if self._linger_until is None:
+            self._linger_until = now + LINGER
+            return False
+        # uvloop runs a timer up to a millisecond early (its clock is cached in ms):
+        # without the slack the task would wake again and again until the time is up.
+        return now >= self._linger_until - _TIMER_SLACK
 
     def _want_load(self) -> bool:
         q = self._q
@@ -259,8 +300,12 @@ class Pump:
                 self._fetch_task = loop.create_task(self._fetch())
             waits.append(self._fetch_task)
         timer = None
-        if self._ops > 0:
-            timer = loop.call_at(self._commit_at, self.kick)
+        due = self._commit_at if self._ops > 0 else None
+        linger = self._linger_until if q._journal.pending else None
+        if linger is not None and (due is None or linger < due):
+            due = linger
+        if due is not None:
+            timer = loop.call_at(due, self.kick)
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -292,6 +337,7 @@ class Pump:
         """
         q = self._q
         assert self._io is not None and self._store is not None
+        self._linger_until = None  # this hop writes every record pending
         reads: list[Entry] = []
         while q._need_load and len(reads) < LOAD_BATCH:
             e = q._need_load.popleft()

@@ -1,0 +1,128 @@
+"""The ack log's records that nothing waits for linger before a hop writes them.
+
+A hop wakes the log's I/O thread; sent as soon as the thread is free, a consumer that
+waits on the network between messages (the broker's) paid one per few messages. These
+tests count the hops by wrapping the pump's ``IOThread.run``; ``LINGER`` is set long so
+that no assertion depends on how fast the machine runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MakeAck
+
+from aiodiskqueue import AckQueue
+from aiodiskqueue.ack import pump as pump_module
+
+BODY = b"b" * 1024
+
+
+def count_hops(q: AckQueue) -> list[int]:
+    """Count every hop of ``q``'s pump to its I/O thread from now on."""
+    hops = [0]
+    io = q._pump._io
+    assert io is not None
+    run = io.run
+
+    def counted(*args: Any) -> Any:
+        hops[0] += 1
+        return run(*args)
+
+    io.run = counted  # type: ignore[method-assign,assignment]
+    return hops
+
+
+async def turns(n: int = 50) -> None:
+    """Let the event loop run ``n`` times (the pump's task included)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def settle(q: AckQueue, hops: list[int], until: int) -> None:
+    """Wait (at most 10 s: a guard, not a timing assertion) for ``until`` hops."""
+    for _ in range(1000):
+        if hops[0] >= until:
+            return
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def linger(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(pump_module, "LINGER", 0.3)
+    return 0.3
+
+
+async def test_a_delivery_and_its_finish_linger_then_one_hop_writes_them(
+        make_ack: MakeAck, linger: float) -> None:
+    q = await make_ack()
+    await q.put(BODY)
+    await q.sync()
+    hops = count_hops(q)
+    log_bytes = q.statistics().log_bytes
+    m = await asyncio.wait_for(q.get(), 10)
+    await turns()
+    await m.finish()
+    await turns()
+    assert hops[0] == 0  # the records wait for more
+    await settle(q, hops, 1)
+    await turns()
+    assert hops[0] == 1
+    # Finished while it lingered: the delivery's record is never written with its body.
+    written = q.statistics().log_bytes - log_bytes
+    assert 0 < written < len(BODY)
+
+
+async def test_many_records_go_at_once(make_ack: MakeAck, linger: float,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pump_module, "LINGER_RECORDS", 8)
+    q = await make_ack(max_in_flight=100)
+    await q.put_many([BODY] * 8)
+    await q.sync()
+    hops = count_hops(q)
+    for _ in range(7):  # a delivery record each
+        await asyncio.wait_for(q.get(), 10)
+        await turns()
+    assert hops[0] == 0
+    await asyncio.wait_for(q.get(), 10)  # the 8th: written without waiting for LINGER
+    await turns()
+    assert hops[0] == 1
+
+
+async def test_records_something_waits_for_do_not_linger(
+        make_ack: MakeAck, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pump_module, "LINGER", 60.0)
+    q = await make_ack()
+    await q.put(BODY)
+    await q.sync()
+    hops = count_hops(q)
+    m = await asyncio.wait_for(q.get(), 10)
+    await m.finish()
+    await turns()
+    assert hops[0] == 0
+    # A deferred put returns once its record is written (the guard is 10 s, LINGER a
+    # minute): its hop takes the lingering records along.
+    await asyncio.wait_for(q.put(BODY, delay=30.0), 10)
+    assert hops[0] == 1
+
+
+async def test_a_commit_writes_the_lingering_records(
+        make_ack: MakeAck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pump_module, "LINGER", 60.0)
+    q = await make_ack(directory=tmp_path / "live")
+    await q.put_many([b"m0", b"m1", b"m2"])
+    await q.sync()
+    m = await asyncio.wait_for(q.get(), 10)
+    await m.finish()
+    await turns()
+    await asyncio.wait_for(q.sync(), 10)  # a commit, long before LINGER
+    # What a SIGKILL now would leave: the files as they are (the page cache's content).
+    shutil.copytree(tmp_path / "live", tmp_path / "crashed")
+    q2 = await make_ack(directory=tmp_path / "crashed")
+    got = [(await asyncio.wait_for(q2.get(), 10)).body for _ in range(2)]
+    assert got == [b"m1", b"m2"]  # m0's finish was in the commit
+    assert q2.qsize() == 0
