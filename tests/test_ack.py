@@ -491,7 +491,15 @@ async def test_log_space_is_reclaimed(make_ack: MakeAck, tmp_path: Path) -> None
     st = q.statistics()
     assert st.log_segments <= 4, st
     assert st.log_bytes <= 4 * 4096 + 2048, st
-    assert len(list(tmp_path.glob("jobs.ack.*.log"))) == st.log_segments
+    # The pump may still be compacting after the commit: a hop that has deleted a segment
+    # and whose result the loop has not taken yet. Once it is done, the count and the
+    # files agree (a slow I/O thread showed the lag in 1-3 of 10 rounds).
+    for _ in range(1000):
+        files = len(list(tmp_path.glob("jobs.ack.*.log")))
+        if files == q.statistics().log_segments:
+            break
+        await asyncio.sleep(0.01)
+    assert files == q.statistics().log_segments <= 4
     await q.aclose()
     q = await make_ack(log_segment_bytes=4096)
     m = await get(q)
