@@ -6,6 +6,9 @@ once it returned, or ``R idx id attempts`` before a requeue.
 ``defer DIR N``: puts deferred messages, printing ``P idx t delay`` (t: wall
 clock ns before the call) once ``put()`` returned.
 Both print ``READY`` once the queue is open. One line per write, flushed.
+``linger DIR``: with ``LINGER`` a minute, puts m0..m3, commits, takes m0 and m1,
+finishes m0, commits again (the records of both still linger), prints ``COMMITTED``
+and waits to be killed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 import time
 
 from aiodiskqueue import AckQueue
+from aiodiskqueue.ack import pump
 
 
 def out(line: str) -> None:
@@ -56,10 +60,25 @@ async def defer(directory: str, n: int) -> None:
             out(f"P {i} {t} {delay}")
 
 
+async def linger(directory: str) -> None:
+    pump.LINGER = 60.0
+    async with AckQueue(directory, "jobs", sync_interval=600.0) as q:
+        await q.put_many([b"m0", b"m1", b"m2", b"m3"])
+        await q.sync()
+        m0, m1 = await q.get(), await q.get()
+        assert (m0.body, m1.body) == (b"m0", b"m1")
+        await m0.finish()
+        await q.sync()
+        out("COMMITTED")
+        await asyncio.sleep(600)
+
+
 if __name__ == "__main__":
     mode, directory, *rest = sys.argv[1:]
     if mode == "consume":
         sizes = [int(x) for x in rest[2:4]] or [8 * 2**20, 100 * 2**20]
         asyncio.run(consume(directory, int(rest[0]), int(rest[1]), *sizes))
+    elif mode == "linger":
+        asyncio.run(linger(directory))
     else:
         asyncio.run(defer(directory, int(rest[0])))

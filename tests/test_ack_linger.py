@@ -10,7 +10,8 @@ still, so that no commit (a hop of its own) comes in between.
 from __future__ import annotations
 
 import asyncio
-import shutil
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from aiodiskqueue import AckQueue
 from aiodiskqueue.ack import pump as pump_module
 
 BODY = b"b" * 1024
+CHILD = Path(__file__).with_name("ack_child.py")
 
 
 def count_hops(q: AckQueue) -> list[int]:
@@ -57,9 +59,11 @@ async def settle(hops: list[int], until: int) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_a_delivery_and_its_finish_linger_then_one_hop_writes_them(
-        make_ack: MakeAck, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pump_module, "LINGER", 1.0)
+async def one_lingering(make_ack: MakeAck, monkeypatch: pytest.MonkeyPatch,
+                        linger: float) -> tuple[AckQueue, list[int], int]:
+    """A queue whose one message was delivered and finished after a commit, with
+    ``LINGER`` set to ``linger``: the queue, its hop counter and its log bytes before."""
+    monkeypatch.setattr(pump_module, "LINGER", linger)
     q = await make_ack(sync_interval=600.0)
     await q.put(BODY)
     await q.sync()
@@ -70,6 +74,12 @@ async def test_a_delivery_and_its_finish_linger_then_one_hop_writes_them(
     await m.finish()
     await turns()
     assert hops[0] == 0  # the records wait for more
+    return q, hops, log_bytes
+
+
+async def test_a_delivery_and_its_finish_linger_then_one_hop_writes_them(
+        make_ack: MakeAck, monkeypatch: pytest.MonkeyPatch) -> None:
+    q, hops, log_bytes = await one_lingering(make_ack, monkeypatch, 1.0)
     await settle(hops, 1)
     await turns()
     assert hops == [1, 1]
@@ -97,15 +107,7 @@ async def test_many_records_go_at_once(make_ack: MakeAck,
 
 async def test_records_something_waits_for_do_not_linger(
         make_ack: MakeAck, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pump_module, "LINGER", 60.0)
-    q = await make_ack(sync_interval=600.0)
-    await q.put(BODY)
-    await q.sync()
-    hops = count_hops(q)
-    m = await asyncio.wait_for(q.get(), 10)
-    await m.finish()
-    await turns()
-    assert hops[0] == 0
+    q, hops, _ = await one_lingering(make_ack, monkeypatch, 60.0)
     # A deferred put returns once its record is written (the guard is 10 s, LINGER a
     # minute): its hop takes the lingering records along.
     await asyncio.wait_for(q.put(BODY, delay=30.0), 10)
@@ -113,20 +115,22 @@ async def test_records_something_waits_for_do_not_linger(
 
 
 async def test_a_commit_writes_the_lingering_records(
-        make_ack: MakeAck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pump_module, "LINGER", 60.0)
-    q = await make_ack(directory=tmp_path / "live", sync_interval=600.0)
-    await q.put_many([b"m0", b"m1", b"m2", b"m3"])
-    await q.sync()
-    m0 = await asyncio.wait_for(q.get(), 10)
-    m1 = await asyncio.wait_for(q.get(), 10)
-    assert (m0.body, m1.body) == (b"m0", b"m1")
-    await m0.finish()
-    await turns()
-    await asyncio.wait_for(q.sync(), 10)  # a commit, long before LINGER
-    # What a SIGKILL now would leave: the files as they are (the page cache's content).
-    shutil.copytree(tmp_path / "live", tmp_path / "crashed")
-    q2 = await make_ack(directory=tmp_path / "crashed", sync_interval=600.0)
+        make_ack: MakeAck, tmp_path: Path) -> None:
+    """SIGKILL right after a commit while the records of a delivery (m1, in flight) and
+    of a finish (m0) still linger: the commit wrote both."""
+    d = tmp_path / "q"
+    with (tmp_path / "stderr.txt").open("ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(CHILD), "linger", str(d), stdout=asyncio.subprocess.PIPE,
+            stderr=err)
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert line == b"COMMITTED\n", (tmp_path / "stderr.txt").read_text()
+    finally:
+        proc.kill()
+        assert await proc.wait() == -signal.SIGKILL
+    q2 = await make_ack(directory=d, sync_interval=600.0)
     # m1 was in flight: its delivery record is in the log, or the commit's stored
     # position (past m1) would have lost it. m0's finish is there too.
     assert q2.qsize() == 3
