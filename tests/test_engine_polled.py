@@ -78,8 +78,13 @@ def test_every_job_is_either_collected_by_poll_or_signalled(tmp_path: Path) -> N
     assert records((tmp_path / "f").read_bytes()) == written
 
 
-def _polls(monkeypatch: pytest.MonkeyPatch, wait_ns: int) -> list[int]:
-    """Set the lane's poll window; the outcomes of the writer's polls go into the list."""
+def _polls(monkeypatch: pytest.MonkeyPatch, wait_ns: int, give_up: bool = False) -> list[int]:
+    """Set the lane's poll window; the outcomes of the writer's polls go into the list.
+
+    With ``give_up`` every poll gives up without looking (outcome 0), so that every write
+    completes through the eventfd whatever the machine's speed: a real poll of even 1 ns
+    collects a write the writer thread finished before the poll began.
+    """
     monkeypatch.setattr(_lane, "POLL_WAIT_NS", wait_ns)
     outcomes: list[int] = []
     real = _lane.WriteLane.__init__
@@ -93,7 +98,7 @@ def _polls(monkeypatch: pytest.MonkeyPatch, wait_ns: int) -> list[int]:
                 return getattr(w, name)
 
             def poll(self, timeout_ns: int) -> int:
-                hit = w.poll(timeout_ns)
+                hit = 0 if give_up else w.poll(timeout_ns)
                 outcomes.append(hit)
                 return hit
 
