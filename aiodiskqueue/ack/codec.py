@@ -87,6 +87,9 @@ class IdGenerator:
 
     def next(self) -> bytes:
         """Return a new id as 16 ASCII bytes."""
-        n = max(self._last + 1, (time.time_ns() // 1_000_000) << 16)
+        n = self._last + 1
+        ms = (time.time_ns() // 1_000_000) << 16
+        if ms > n:
+            n = ms
         self._last = n
         return b"%016x" % n

@@ -36,6 +36,13 @@ class QueueState(enum.Enum):
     CLOSED = "closed"
 
 
+# Enum members that the per-message paths use, named once: a member looked up through
+# its class costs ~0.1 us on Python 3.11 (as the data queue's buffers name _OPEN).
+_OPEN = QueueState.OPEN
+_READY, _ENTRY_IN_FLIGHT = EntryState.READY, EntryState.IN_FLIGHT
+_IN_FLIGHT, _FINISHED = DeliveryState.IN_FLIGHT, DeliveryState.FINISHED
+
+
 class Dispatch:
     """The delivery rules of an AckQueue; its state is set up by the AckQueue."""
 
@@ -67,15 +74,16 @@ class Dispatch:
 
     def _try_take(self, timeout: float) -> Message | None:
         self._check_open()
-        while len(self._inflight) < self._max_in_flight:
+        in_flight = self._inflight.messages
+        while len(in_flight) < self._max_in_flight:
             behind = self._behind
             if behind and self._behind_first():
                 e = behind.popleft()
-                if e.state is not EntryState.READY:
+                if e.state is not _READY:
                     continue
             elif self._ready:
                 e = self._ready.popleft()
-                if e.state is not EntryState.READY:
+                if e.state is not _READY:
                     continue
             elif not self._pump.paused:
                 try:
@@ -83,7 +91,7 @@ class Dispatch:
                 except DiskQueueError:  # QueueEmpty: nothing read ahead yet
                     if behind and not self._data.qsize():
                         e = behind.popleft()
-                        if e.state is not EntryState.READY:
+                        if e.state is not _READY:
                             continue
                     else:
                         return None
@@ -93,7 +101,7 @@ class Dispatch:
                 # Taking from the data queue is paused for a commit: what was
                 # queued ahead of the head of _behind waits, so it waits too.
                 e = behind.popleft()
-                if e.state is not EntryState.READY:
+                if e.state is not _READY:
                     continue
             else:
                 return None
@@ -121,8 +129,7 @@ class Dispatch:
             ts, attempts, msg_id, body = nsq.decode(payload)
         else:
             ts, attempts, msg_id, body = self._clock.time_ns(), 0, self._ids.next(), payload
-        e = Entry(self._journal.new_key(), self._fetch_seq, 0, attempts, msg_id, ts, body)
-        self._journal.add(e)
+        e = self._journal.add(self._fetch_seq, 0, attempts, msg_id, ts, body)
         self._pump.count_op()
         return e
 
@@ -133,7 +140,7 @@ class Dispatch:
             return None
         e.attempts = n
         e.due_ns = 0
-        e.state = EntryState.IN_FLIGHT
+        e.state = _ENTRY_IN_FLIGHT
         e.ver += 1
         self._journal.update(e)
         m = Message(self, e, self._clock.monotonic(), timeout)
@@ -146,30 +153,32 @@ class Dispatch:
     # ------------------------------------------------------------------ finish / requeue / touch
 
     def _check_msg(self, m: Message) -> Entry:
-        if m._state is not DeliveryState.IN_FLIGHT:
+        if m._state is not _IN_FLIGHT:
             raise MessageNotInFlight(m.id, m._state.value)
-        if self._state is not QueueState.OPEN:
+        if self._state is not _OPEN:
             raise self._closed_error()
         return m._entry
 
     def _release(self, m: Message, state: DeliveryState) -> Entry:
+        """End ``m``'s delivery (the caller counts the operation towards ``sync_every``)."""
         e = self._check_msg(m)
         m._state = state
         self._inflight.remove(m)
         e.msg = None
-        self._pump.count_op()
-        self._wake_getters(1)
+        if self._getters:
+            self._wake_getters(1)
         return e
 
     def _finish(self, m: Message) -> None:
-        e = self._release(m, DeliveryState.FINISHED)
+        e = self._release(m, _FINISHED)
         self._journal.done(e)
         self._finished += 1
-        self._pump.records_added()
+        self._pump.records_added(1)
 
     def _requeue(self, m: Message, delay: float) -> None:
         d = self._check_delay(delay)
         e = self._release(m, DeliveryState.REQUEUED)
+        self._pump.count_op()
         self._requeued += 1
         if self._max_attempts and e.attempts >= self._max_attempts:
             self._make_due(e)  # out of attempts: dead-lettered now, waiting is pointless
@@ -265,7 +274,7 @@ class Dispatch:
         return d
 
     def _is_open(self) -> bool:
-        return self._state is QueueState.OPEN
+        return self._state is _OPEN
 
     def _set_closing(self) -> None:
         self._state = QueueState.CLOSING
@@ -274,7 +283,7 @@ class Dispatch:
         self._state = QueueState.CLOSED
 
     def _check_open(self) -> None:
-        if self._state is not QueueState.OPEN:
+        if self._state is not _OPEN:
             raise self._closed_error()
 
     def _closed_error(self) -> DiskQueueError:

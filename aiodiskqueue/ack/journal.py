@@ -50,6 +50,13 @@ class EntryState(enum.Enum):
     GONE = "gone"  # finished or dead-lettered
 
 
+# Enum members that the per-message paths use, named once: a member looked up through
+# its class costs ~0.1 us on Python 3.11 (as the data queue's buffers name _OPEN).
+_PENDING, _WRITING, _WRITTEN, _ELIDED = (LogState.PENDING, LogState.WRITING, LogState.WRITTEN,
+                                         LogState.ELIDED)
+_READY, _GONE = EntryState.READY, EntryState.GONE
+
+
 class Entry:
     """One message known to the ack log."""
 
@@ -80,8 +87,8 @@ class Entry:
         self.timestamp = timestamp
         self.body = body  # None while only on disk
         self.loc: Loc | None = None
-        self.log_state = LogState.PENDING
-        self.state = EntryState.READY
+        self.log_state = _PENDING
+        self.state = _READY
         self.ver = 0  # bumped on each state change: older heap items are stale
         self.msg: Any = None  # the Message of the current delivery
         self.built = -1  # the build number that encoded the E record
@@ -125,7 +132,7 @@ class Journal:
         for key, st in rec.entries.items():
             e = Entry(key, st.fetch_seq, st.due_ns, st.attempts, b"", 0, None)
             e.loc = (st.seg, st.off, st.size)
-            e.log_state = LogState.WRITTEN
+            e.log_state = _WRITTEN
             self.entries[key] = e
             seg = self.segs.setdefault(st.seg, SegInfo())
             seg.live += st.size
@@ -133,27 +140,26 @@ class Journal:
 
     # ------------------------------------------------------------------ records
 
-    def new_key(self) -> int:
-        """A key never used in this queue."""
-        k = self.next_key
-        self.next_key = k + 1
-        return k
-
-    def add(self, e: Entry) -> None:
-        """Append the ``E`` record of a new entry."""
-        self.entries[e.key] = e
+    def add(self, fetch_seq: int, due_ns: int, attempts: int, msg_id: bytes, timestamp: int,
+            body: bytes) -> Entry:
+        """A new entry under a key never used in this queue; its ``E`` record is appended."""
+        key = self.next_key
+        self.next_key = key + 1
+        e = Entry(key, fetch_seq, due_ns, attempts, msg_id, timestamp, body)
+        self.entries[key] = e
         self.pending.append(("E", e))
+        return e
 
     def update(self, e: Entry) -> None:
         """Record a new due time or attempts count of a live entry."""
-        if e.log_state is not LogState.PENDING:  # a pending E is encoded with the new state
+        if e.log_state is not _PENDING:  # a pending E is encoded with the new state
             self.pending.append(("U", e))
 
     def done(self, e: Entry) -> None:
         """Record that an entry is finished or dead-lettered; it is forgotten."""
         seq = 0
-        if e.log_state is LogState.PENDING:
-            e.log_state = LogState.ELIDED
+        if e.log_state is _PENDING:
+            e.log_state = _ELIDED
             seq = e.fetch_seq
         self.pending.append(("D", (e.key, seq)))
         self._forget(e)
@@ -169,7 +175,7 @@ class Journal:
         return fut
 
     def _forget(self, e: Entry) -> None:
-        e.state = EntryState.GONE
+        e.state = _GONE
         self.entries.pop(e.key, None)
         if e.loc is not None:
             seg = self.segs.get(e.loc[0])
@@ -191,16 +197,16 @@ class Journal:
         for kind, obj in records:
             if kind == "E":
                 e = obj
-                if e.log_state is not LogState.PENDING:
+                if e.log_state is not _PENDING:
                     continue  # elided
                 written.append((len(out), e))
                 out.append(entry_record(e.key, e.fetch_seq, e.due_ns, e.timestamp, e.attempts,
                                         e.msg_id, e.body))
-                e.log_state = LogState.WRITING
+                e.log_state = _WRITING
                 e.built = b
             elif kind == "U":
                 e = obj
-                if e.state is EntryState.GONE or e.built == b:
+                if e.state is _GONE or e.built == b:
                     continue
                 out.append(update_record(e.key, e.due_ns, e.attempts))
             elif kind == "D":
@@ -251,10 +257,10 @@ class Journal:
         """
         done: list[Entry] = []
         for idx, e in built.entries:
-            if e.log_state is not LogState.WRITING:
+            if e.log_state is not _WRITING:
                 continue
-            e.log_state = LogState.WRITTEN
-            if e.state is EntryState.GONE:
+            e.log_state = _WRITTEN
+            if e.state is _GONE:
                 continue  # finished while being written: its bytes are dead
             self._place(e, res.locs[idx])
             done.append(e)
@@ -268,7 +274,7 @@ class Journal:
                 if moved.body is None:
                     lost.append(moved)
                 else:
-                    moved.log_state = LogState.PENDING
+                    moved.log_state = _PENDING
                     self.pending.append(("E", moved))
                 continue
             self._unplace(moved)
@@ -286,8 +292,8 @@ class Journal:
     def fail(self, built: Built, exc: BaseException) -> None:
         """A hop failed: its records go back to the front of the batch, waiters get ``exc``."""
         for _, e in built.entries:
-            if e.log_state is LogState.WRITING:
-                e.log_state = LogState.PENDING
+            if e.log_state is _WRITING:
+                e.log_state = _PENDING
         self.pending[:0] = built.records
         for w in built.waiters:
             if not w.done():

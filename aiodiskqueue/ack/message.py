@@ -25,6 +25,11 @@ class DeliveryState(enum.Enum):
     DEAD = "dead-lettered"
 
 
+# Enum members that the per-message paths use, named once: a member looked up through
+# its class costs ~0.1 us on Python 3.11 (as the data queue's buffers name _OPEN).
+_IN_FLIGHT = DeliveryState.IN_FLIGHT
+
+
 @final
 class Message:
     """One delivery of a message: finish it, requeue it or touch it while it is in flight.
@@ -66,7 +71,7 @@ class Message:
         self.timestamp: int = entry.timestamp
         self._q = q
         self._entry = entry
-        self._state = DeliveryState.IN_FLIGHT
+        self._state = _IN_FLIGHT
         self._delivered_at = now
         self._timeout = timeout
         self._deadline = now + timeout
@@ -75,7 +80,7 @@ class Message:
     @property
     def in_flight(self) -> bool:
         """True until the message is finished, requeued or timed out."""
-        return self._state is DeliveryState.IN_FLIGHT
+        return self._state is _IN_FLIGHT
 
     @property
     def deadline(self) -> float:

@@ -175,19 +175,27 @@ class Pump:
         if w is not None and not w.done():
             w.set_result(None)
 
-    def records_added(self) -> None:
-        """Records that nothing waits for were appended: wake the task, unless they
-        linger behind earlier ones (the task's timer, or :data:`LINGER_RECORDS`, ends
-        that)."""
-        if (self._linger_until is None
+    def records_added(self, ops: int = 0) -> None:
+        """Records that nothing waits for were appended, for ``ops`` operations that count
+        towards ``sync_every``: wake the task, unless the records linger behind earlier
+        ones (the task's timer, or :data:`LINGER_RECORDS`, ends that) and no commit is due.
+
+        Called for every delivery and finish: :meth:`kick` is inlined.
+        """
+        self._ops += ops
+        if (self._linger_until is None or self._ops >= self._q._sync_every
                 or len(self._q._journal.pending) >= LINGER_RECORDS):
-            self.kick()
+            w = self._wake
+            if w is not None and not w.done():
+                w.set_result(None)
 
     def count_op(self) -> None:
         """Count one put, take, finish or requeue towards ``sync_every``."""
         self._ops += 1
         if self._ops >= self._q._sync_every:
-            self.kick()
+            w = self._wake
+            if w is not None and not w.done():
+                w.set_result(None)
 
     async def wait_commit(self) -> None:
         """Wait for the next commit (raises as the commit does)."""

@@ -284,8 +284,7 @@ class AckQueue(Dispatch):
         due = wall + int(d * 1e9)
         when = self._clock.monotonic() + d
         for data in datas:
-            e = Entry(self._journal.new_key(), 0, due, 0, self._ids.next(), wall, data)
-            self._journal.add(e)
+            e = self._journal.add(0, due, 0, self._ids.next(), wall, data)
             self._defer(e, when)
         self._inflight.arm()
         fut = self._journal.wait_written()
