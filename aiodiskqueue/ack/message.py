@@ -136,7 +136,7 @@ class Message:
         if failed:
             log.warning("message %s (attempt %d) failed; requeued", self.id, self.attempts,
                         exc_info=(exc_type, exc, tb))  # type: ignore[arg-type]
-        if self._state is not DeliveryState.IN_FLIGHT or not self._q._is_open():
+        if self._state is not _IN_FLIGHT or not self._q._is_open():
             if self._state is DeliveryState.TIMED_OUT:
                 log.warning("message %s timed out before its handler ended; it was "
                             "requeued and may be delivered again", self.id)

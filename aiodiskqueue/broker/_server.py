@@ -59,6 +59,10 @@ class ClientState(enum.IntEnum):
     CLOSING = 4
 
 
+# Named once for each FIN's check: a member looked up through its class costs ~0.1 us.
+_SUBSCRIBED = ClientState.SUBSCRIBED
+
+
 class Connection(ReplyWriter):
     """One client connection speaking protocol V2.
 
@@ -166,7 +170,7 @@ class Connection(ReplyWriter):
                         # do not apply. The usual case (subscribed, one 16-byte id
                         # in flight) skips the checks' calls; anything else gets them.
                         d = (in_flight.pop(params[1], None)
-                             if len(params) == 2 and self.state is ClientState.SUBSCRIBED
+                             if len(params) == 2 and self.state is _SUBSCRIBED
                              and len(params[1]) == MSG_ID_LENGTH else None)
                         if d is None:
                             d = self._fin(params)
