@@ -160,7 +160,7 @@ async def test_polls_that_give_up_lose_and_reorder_nothing(
 async def test_a_poll_that_gives_up_beside_a_held_sync_round_keeps_the_meta_consistent(
         make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_engine_lane import _HeldSync
-    _polls(monkeypatch, 1)
+    outcomes = _polls(monkeypatch, 1, give_up=True)  # every write completes through the eventfd
     q = await make_queue(sync_every=10, sync_interval=3600.0)
     await q.put(b"first")
     await q.get()  # the read position moves: the next sync round stores a meta
@@ -181,6 +181,7 @@ async def test_a_poll_that_gives_up_beside_a_held_sync_round_keeps_the_meta_cons
     assert records(data) == [b"first"] + [b"m%02d" % i for i in range(15)]
     assert len(records(data[meta.read_pos:meta.write_pos])) == meta.depth == 15
     assert [await q.get() for _ in range(15)] == [b"m%02d" % i for i in range(15)]
+    assert outcomes and set(outcomes) == {0}
 
 
 def _backlog(n: int) -> list[bytes]:
