@@ -179,23 +179,17 @@ class Pump:
         """Records that nothing waits for were appended, for ``ops`` operations that count
         towards ``sync_every``: wake the task, unless the records linger behind earlier
         ones (the task's timer, or :data:`LINGER_RECORDS`, ends that) and no commit is due.
-
-        Called for every delivery and finish: :meth:`kick` is inlined.
         """
         self._ops += ops
         if (self._linger_until is None or self._ops >= self._q._sync_every
                 or len(self._q._journal.pending) >= LINGER_RECORDS):
-            w = self._wake
-            if w is not None and not w.done():
-                w.set_result(None)
+            self.kick()
 
     def count_op(self) -> None:
         """Count one put, take, finish or requeue towards ``sync_every``."""
         self._ops += 1
         if self._ops >= self._q._sync_every:
-            w = self._wake
-            if w is not None and not w.done():
-                w.set_result(None)
+            self.kick()
 
     async def wait_commit(self) -> None:
         """Wait for the next commit (raises as the commit does)."""
