@@ -36,12 +36,19 @@ def test_c_and_python_agree_on_framed_buffers(ps: list[bytes], base: int, fnum: 
     cut = data.draw(st.integers(0, len(buf)), label="cut")  # a truncated tail
     for b in (buf, buf[:cut]):
         same(native(b, base, fnum, lo, hi, k), codec.parse_py(b, base, fnum, lo, hi, k))
+        # Without positions: the same payloads, stop and bad length, from both.
+        bare = split_records(b, base, fnum, lo, hi, -1, False)
+        assert bare == codec.split_py(b, base, fnum, lo, hi, -1, False)
+        whole = codec.parse_py(b, base, fnum, lo, hi)
+        assert bare == ([r[0] for r in whole.records], whole.stop, whole.bad_length)
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=600), st.integers(0, 1000), st.integers(0, 300), st.integers(0, 300))
 def test_c_and_python_agree_on_random_bytes(buf: bytes, base: int, lo: int, hi: int) -> None:
     same(native(buf, base, 7, lo, hi), codec.parse_py(buf, base, 7, lo, hi))
+    assert (split_records(buf, base, 7, lo, hi, -1, False)
+            == codec.split_py(buf, base, 7, lo, hi, -1, False))
 
 
 @settings(max_examples=300, deadline=None)
@@ -102,6 +109,21 @@ def test_parse_uses_the_installed_splitter() -> None:
         codec.use_splitter(before)
     assert calls == [1]
     same(res, codec.parse_py(buf, 0, 0, 0, 10))
+
+
+@pytest.mark.parametrize("splitter", [split_records, None], ids=["native", "python"])
+def test_parse_payloads_gives_the_payloads_and_where_they_end(splitter: codec.Splitter | None
+                                                               ) -> None:
+    buf = codec.frame([b"a", b"bc", b""]) + struct.pack(">i", 9) + b"torn"
+    before = codec._split
+    codec.use_splitter(splitter)
+    try:
+        got = codec.parse_payloads(buf, 100, 0, 10)
+        bad = codec.parse_payloads(buf, 100, 1, 10)
+    finally:
+        codec.use_splitter(before)
+    assert got == ([b"a", b"bc", b""], 100 + 5 + 6 + 4, None)
+    assert bad == ([b"a", b"bc"], 100 + 5 + 6, 0)  # the empty record is under min_size 1
 
 
 def test_read_job_fills_the_buffer(tmp_path: pytest.TempPathFactory) -> None:

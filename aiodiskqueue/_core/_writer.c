@@ -640,7 +640,9 @@ static PyTypeObject WriterType = {
  * codec owns the rule; tests check that both agree on any buffer). Records are a
  * 4-byte big-endian signed length N and N payload bytes. Stops at the first record
  * that does not fit in the buffer, at a length outside [min_size, max_size] (returned
- * as bad_length), or after max_records records when that is not negative.
+ * as bad_length), or after max_records records when that is not negative. With
+ * positions false the list holds the payloads alone (the records lie back to back from
+ * base to stop, so their positions follow from the lengths).
  */
 static PyObject *
 split_records(PyObject *mod, PyObject *args)
@@ -648,9 +650,10 @@ split_records(PyObject *mod, PyObject *args)
     Py_buffer view;
     long long base, file_num, min_size, max_size;
     Py_ssize_t max_records = -1;
+    int positions = 1;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "y*LLLL|n", &view, &base, &file_num, &min_size, &max_size,
-                          &max_records))
+    if (!PyArg_ParseTuple(args, "y*LLLL|np", &view, &base, &file_num, &min_size, &max_size,
+                          &max_records, &positions))
         return NULL;
     if (min_size < 0) {
         PyBuffer_Release(&view);
@@ -678,6 +681,14 @@ split_records(PyObject *mod, PyObject *args)
         if (payload == NULL)
             goto error;
         off += 4 + (Py_ssize_t)n;
+        if (!positions) {
+            int rc = PyList_Append(records, payload);
+            Py_DECREF(payload);
+            if (rc < 0)
+                goto error;
+            left--;
+            continue;
+        }
         PyObject *end = PyLong_FromLongLong(base + off);
         if (end == NULL) {
             Py_DECREF(payload);
@@ -717,10 +728,11 @@ error:
 
 static PyMethodDef module_methods[] = {
     {"split_records", split_records, METH_VARARGS,
-     "split_records(buf, base, file_num, min_size, max_size, max_records=-1)\n"
-     "-> (records, stop, bad_length): codec.parse in C; records are\n"
-     "(payload, file_num, end_offset), stop the file offset where parsing stopped,\n"
-     "bad_length the out-of-range length found there, else None."},
+     "split_records(buf, base, file_num, min_size, max_size, max_records=-1,\n"
+     "positions=True) -> (records, stop, bad_length): codec.parse in C; records are\n"
+     "(payload, file_num, end_offset), or payloads alone with positions false; stop\n"
+     "the file offset where parsing stopped, bad_length the out-of-range length found\n"
+     "there, else None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,13 +1,15 @@
 """Type stub for the native write lane and record splitter (built from _writer.c)."""
 
 from collections.abc import Sequence
+from typing import Any
 
 RING: int
 
 def split_records(buf: bytes | bytearray | memoryview, base: int, file_num: int,
-                  min_size: int, max_size: int, max_records: int = -1, /
-                  ) -> tuple[list[tuple[bytes, int, int]], int, int | None]:
-    """The record codec's ``parse`` in C: (records, stop, bad_length)."""
+                  min_size: int, max_size: int, max_records: int = -1,
+                  positions: bool = True, /) -> tuple[list[Any], int, int | None]:
+    """The record codec's ``split_py`` in C: (records, stop, bad_length); the records
+    are (payload, file_num, end_offset), or the payloads alone without ``positions``."""
 
 class Writer:
     """A native thread that appends framed batches to files without taking the GIL."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from itertools import accumulate, chain, repeat
-from typing import Final
+from typing import Any, Final
 
 HEADER: Final = struct.Struct(">i")
 HEADER_SIZE: Final = 4
@@ -57,10 +57,10 @@ class ParseResult:
         self.bad_length = bad_length
 
 
-#: ``split(buf, base, file_num, min_size, max_size, max_records) -> (records, stop,
-#: bad_length)``: a faster implementation of :func:`parse_py`'s rule.
-Splitter = Callable[[bytes | memoryview, int, int, int, int, int],
-                    tuple[list[tuple[bytes, int, int]], int, int | None]]
+#: ``split(buf, base, file_num, min_size, max_size, max_records, positions) -> (records,
+#: stop, bad_length)``: a faster implementation of :func:`parse_py`'s rule.
+Splitter = Callable[[bytes | memoryview, int, int, int, int, int, bool],
+                    tuple[list[Any], int, int | None]]
 
 _split: Splitter | None = None
 
@@ -69,7 +69,7 @@ def use_splitter(split: Splitter | None) -> None:
     """Make :func:`parse` use ``split`` (the native ``split_records``, installed by
     ``aiodiskqueue._core`` where it is built), or the Python loop again with None.
 
-    ``split`` must follow :func:`parse_py`'s rule exactly (a property test compares
+    ``split`` must follow :func:`split_py`'s rule exactly (a property test compares
     them on random, truncated and corrupt buffers).
     """
     global _split
@@ -88,22 +88,41 @@ def parse(
     after ``max_records`` records when that is not negative. ``min_size`` must
     not be negative.
     """
-    split = _split
-    if split is None:
-        return parse_py(buf, base, file_num, min_size, max_size, max_records)
-    records, stop, bad = split(buf, base, file_num, min_size, max_size, max_records)
-    return ParseResult(records, stop, bad)
+    split = _split or split_py
+    return ParseResult(*split(buf, base, file_num, min_size, max_size, max_records, True))
+
+
+def parse_payloads(buf: bytes | memoryview, base: int, min_size: int,
+                   max_size: int) -> tuple[list[bytes], int, int | None]:
+    """:func:`parse` without positions: ``(payloads, stop, bad_length)``.
+
+    The whole records found lie back to back from ``base`` to ``stop``, so their
+    positions follow from the payloads' lengths: the read-ahead keeps that span
+    instead of a position per message.
+    """
+    split = _split or split_py
+    return split(buf, base, 0, min_size, max_size, -1, False)
 
 
 def parse_py(
     buf: bytes | memoryview, base: int, file_num: int, min_size: int, max_size: int,
     max_records: int = -1
 ) -> ParseResult:
-    """:func:`parse` in Python: the rule, and what runs where the native module is not
-    built or ``AIODISKQUEUE_PURE_PYTHON=1``."""
+    """:func:`parse` in Python: what runs where the native module is not built or
+    ``AIODISKQUEUE_PURE_PYTHON=1``."""
+    return ParseResult(*split_py(buf, base, file_num, min_size, max_size, max_records, True))
+
+
+def split_py(
+    buf: bytes | memoryview, base: int, file_num: int, min_size: int, max_size: int,
+    max_records: int = -1, positions: bool = True
+) -> tuple[list[Any], int, int | None]:
+    """The rule of :func:`parse`, in Python: ``(records, stop, bad_length)``, where the
+    records are ``(payload, file_num, end_offset)``, or the payloads alone when
+    ``positions`` is false."""
     if type(buf) is not bytes:
         buf = bytes(buf)  # payloads are bytes, never views of a buffer reused later
-    records: list[tuple[bytes, int, int]] = []
+    records: list[Any] = []
     append = records.append
     unpack = _unpack_from
     off = 0
@@ -112,12 +131,12 @@ def parse_py(
     while off <= limit and left != 0:
         (n,) = unpack(buf, off)
         if n < min_size or n > max_size:
-            return ParseResult(records, base + off, n)
+            return records, base + off, n
         start = off + 4
         off = start + n
         if off > limit + 4:
             off = start - 4
             break
-        append((buf[start:off], file_num, base + off))
+        append((buf[start:off], file_num, base + off) if positions else buf[start:off])
         left -= 1
-    return ParseResult(records, base + off, None)
+    return records, base + off, None
