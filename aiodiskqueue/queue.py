@@ -13,7 +13,7 @@ from ._core.buffers import Lifecycle
 from ._core.engine import Engine
 from ._core.options import DEFAULTS, Options, Statistics, as_bytes, check_name
 from ._format.layout import Layout
-from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueFull
+from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
 
 _OPEN = Lifecycle.OPEN
 
@@ -127,8 +127,9 @@ class DiskQueue:
 
     def __repr__(self) -> str:
         e = self._e
+        read_file, read_pos = e.consumer_at()
         return (f"<DiskQueue {self._layout.name!r} in {self._layout.directory!r} "
-                f"state={e.state.value} depth={e.qsize()} read={e.read_file},{e.read_pos} "
+                f"state={e.state.value} depth={e.qsize()} read={read_file},{read_pos} "
                 f"write={e.write_at[0]},{e.write_at[1]}>")
 
     # ------------------------------------------------------------------ put
@@ -247,9 +248,12 @@ class DiskQueue:
         return self
 
     async def __anext__(self) -> bytes:
-        e = self._e
-        if e.ready and e.state is _OPEN:
-            return e.take()
+        try:
+            return self._e.take()  # a message is ready: no wait, no second check
+        except QueueEmpty:
+            pass
+        except QueueClosed:
+            raise StopAsyncIteration from None
         try:
             return await self.get()
         except QueueClosed:

@@ -20,11 +20,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from .._format.meta import Meta
 from .._format.scan import Record
 from ..errors import CorruptionError, DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
 from .options import Options, Statistics
+from .position import Runs, Stretch
 
 
 class Lifecycle(enum.Enum):
@@ -95,13 +97,13 @@ class QueueBuffers:
         self.unwritten = 0
         self.write_at = (0, 0)
 
-        # Read side: read ahead, not yet taken. Each entry is (payload, file_num, end_pos).
-        self.ready: deque[Record] = deque()
-        self.ready_bytes = 0
+        # Read side: read ahead, not yet taken: payloads alone; ``runs`` knows where they
+        # lie on disk, and so the consumer position (see consumer_at).
+        self.ready: deque[bytes] = deque()
+        self.ready_bytes = 0  # payload bytes in ready
+        self.runs = Runs()
         self.low_water = opts.read_buffer_bytes // 2
         self.read_at = (0, 0)  # read-ahead cursor
-        self.read_file = 0  # consumer position: just past the last message taken
-        self.read_pos = 0
         self.depth = 0  # written and not yet taken (ready messages included)
         self.epoch = 0  # bumped by purge: results of older hops are stale
         self.corruption: CorruptionError | None = None  # strict mode: reading stopped here
@@ -148,6 +150,22 @@ class QueueBuffers:
     def qsize(self) -> int:
         """Messages accepted and not yet taken."""
         return self.depth + self.unwritten
+
+    def consumer_at(self) -> tuple[int, int]:
+        """The consumer position: ``(file_num, offset)`` just past the last message taken."""
+        ready = self.ready
+        return self.runs.at(len(ready), self.ready_bytes + HEADER_SIZE * len(ready))
+
+    def add_ready(self, batch: list[Record] | Stretch, payload_bytes: int) -> None:
+        """Records read or handed over (``payload_bytes`` of payloads) join the
+        read-ahead: a :class:`Stretch`, or ``(payload, file_num, end)`` records."""
+        if isinstance(batch, Stretch):
+            self.runs.add(batch.file_num, batch.start, batch.end, len(batch.payloads),
+                          len(self.ready))
+            self.ready.extend(batch.payloads)
+        else:
+            self.ready.extend(self.runs.add_records(batch, len(self.ready)))
+        self.ready_bytes += payload_bytes
 
     def closed_error(self) -> DiskQueueError:
         """The error for a call on a queue that is not open."""
@@ -203,10 +221,11 @@ class QueueBuffers:
 
     def statistics(self) -> Statistics:
         """A frozen snapshot of positions, depth and counters."""
+        read_file, read_pos = self.consumer_at()
         return Statistics(
             depth=self.qsize(),
-            read_file_num=self.read_file,
-            read_pos=self.read_pos,
+            read_file_num=read_file,
+            read_pos=read_pos,
             write_file_num=self.write_at[0],
             write_pos=self.write_at[1],
             bad_files=self.bad_files,
@@ -284,7 +303,25 @@ class QueueBuffers:
         stopped, the closed error if the queue is closed or shut down and drained.
         """
         ready = self.ready
-        if not ready:
+        if not ready or self.state is not _OPEN:
+            self._may_take()
+        payload = ready.popleft()
+        self.ready_bytes = left = self.ready_bytes - len(payload)
+        self.depth -= 1
+        self.gets += 1
+        self.since_sync = since = self.since_sync + 1
+        # The sync round is asked for once, where since_sync reaches sync_every: the
+        # ioLoop checks since_sync itself whenever it runs, and a consumer taking ready
+        # messages does not let it run until the buffer is empty.
+        if (left <= self.refill_at or since == self.sync_every or self.putters
+                or self.state is not _OPEN):
+            self._after_take()
+        return payload
+
+    def _may_take(self) -> None:
+        """Raise what :meth:`take` raises unless a ready message may be taken now (the
+        queue is open, or shut down and draining)."""
+        if not self.ready:
             if self.corruption is not None:
                 raise self.corruption
             if self.state is _OPEN and not self.shutdown_immediate:
@@ -294,18 +331,6 @@ class QueueBuffers:
             raise self.closed_error()
         if self.state is not _OPEN and (self.shutdown_immediate or self.state is not _SHUTDOWN):
             raise self.closed_error()
-        payload, self.read_file, self.read_pos = ready.popleft()
-        self.ready_bytes -= len(payload)
-        self.depth -= 1
-        self.gets += 1
-        self.since_sync += 1
-        # The sync round is asked for once, where since_sync reaches sync_every: the
-        # ioLoop checks since_sync itself whenever it runs, and a consumer taking ready
-        # messages does not let it run until the buffer is empty.
-        if (self.ready_bytes <= self.refill_at or self.since_sync == self.sync_every
-                or self.putters or self.state is not _OPEN):
-            self._after_take()
-        return payload
 
     def take_more(self, out: list[bytes], max_items: int) -> None:
         """Append up to ``max_items`` more ready messages to ``out`` in one step: the
@@ -316,10 +341,8 @@ class QueueBuffers:
             return
         popleft = ready.popleft
         taken = [popleft() for _ in range(k)]
-        payloads = [r[0] for r in taken]
-        out.extend(payloads)
-        _, self.read_file, self.read_pos = taken[-1]
-        self.ready_bytes -= sum(map(len, payloads))
+        out.extend(taken)
+        self.ready_bytes -= sum(map(len, taken))
         self.depth -= k
         self.gets += k
         self.since_sync += k
@@ -382,6 +405,7 @@ class QueueBuffers:
         self.pending, self.put_waiters, self.pending_bytes = [], [], 0
         self.unwritten -= len(dropped)
         succeed(waiters)
+        self.runs.reset(self.consumer_at())  # the dropped ready messages were not taken
         self.ready.clear()
         self.ready_bytes = 0
         self.epoch += 1
@@ -395,6 +419,6 @@ class QueueBuffers:
         self.ready.clear()
         self.ready_bytes = 0
         self.depth = 0
-        self.read_file, self.read_pos = meta.read
+        self.runs.reset(meta.read)
         self.read_at = meta.read
         self.write_at = meta.write

@@ -125,7 +125,7 @@ class Engine(ErrorPaths):
             raise
         m = st.meta
         self.depth = m.depth
-        self.read_file, self.read_pos = m.read
+        self.runs.reset(m.read)
         self.read_at = m.read
         self.write_at = m.write
         self.bad_files = st.bad_files
@@ -412,10 +412,11 @@ class Engine(ErrorPaths):
             job.sync = True
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
-            store_meta = (force or (self.read_file, self.read_pos) != self._last_read()
+            consumer_at = self.consumer_at()
+            store_meta = (force or consumer_at != self._last_read()
                           or self.write_at[0] != self._last_write_file())
             if store_meta:
-                job.meta_read = (self.read_file, self.read_pos)
+                job.meta_read = consumer_at
                 job.meta_depth = self.depth
             self.since_sync = 0
             self._force_meta = False
@@ -450,7 +451,7 @@ class Engine(ErrorPaths):
 
     def _meta_changed(self) -> bool:
         m = self._last_meta
-        return m is None or m.read != (self.read_file, self.read_pos) or m.write != self.write_at
+        return m is None or m.read != self.consumer_at() or m.write != self.write_at
 
     def _apply(self, flight: _Flight, res: JobResult) -> None:
         job, batch, syncs = flight.job, flight.waiters, flight.sync_waiters
@@ -474,8 +475,7 @@ class Engine(ErrorPaths):
                 if not stale:
                     self.depth += n
                 if res.handoff is not None and not stale:
-                    self.ready.extend(res.handoff)
-                    self.ready_bytes += res.handoff_bytes
+                    self.add_ready(res.handoff, res.handoff_bytes)
                     self.read_at = res.write_at
                 if self.sync_every == 1 and not res.synced:
                     err = DiskQueueError(f"fsync failed; {n} message(s) written but not "
@@ -502,10 +502,7 @@ class Engine(ErrorPaths):
                       res.read_error)
         elif job.read_from is not None and not stale and res.read_to is not None:
             self._read_on_thread &= flight.read is not None  # the I/O thread has read
-            recs = res.records
-            if recs:
-                self.ready.extend(recs)
-                self.ready_bytes += res.records_bytes
+            self.add_ready(res.records, res.records_bytes)
             self.read_at = res.read_to
             if res.corruption is not None:
                 log.error("%s", res.corruption)
@@ -524,7 +521,7 @@ class Engine(ErrorPaths):
             if not self.ready:
                 # Nothing unread lies before the cursor: move the consumer position past
                 # the quarantined files, so the next meta does not point into one.
-                self.read_file, self.read_pos = self.read_at
+                self.runs.reset(self.read_at)
         if self.read_at == self.write_at and self.depth != len(self.ready) and not stale:
             # Every written record is now either ready or taken, so the depth is known
             # exactly: a wrong depth from a meta file stops here instead of drifting.

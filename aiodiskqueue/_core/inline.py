@@ -35,11 +35,12 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from .._format.codec import HEADER_SIZE, index
+from .._format.codec import HEADER_SIZE
 from . import lane as _lane
 from .buffers import Lifecycle, succeed, wake
 from .iothread import Hop
 from .lane import LaneResult
+from .position import Stretch
 from .store import Job, JobResult
 
 if TYPE_CHECKING:
@@ -152,8 +153,7 @@ def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
     if (e.read_at == (file_num, pos) and e.corruption is None
             and e.ready_bytes + size <= e.opts.read_buffer_bytes):
         # The reader has caught up to this batch: hand it over, no read needed.
-        e.ready.extend(index(payloads, list(map(len, payloads)), file_num, pos))
-        e.ready_bytes += size - HEADER_SIZE * n
+        e.add_ready(Stretch(payloads, file_num, pos, pos + size), size - HEADER_SIZE * n)
         e.read_at = e.write_at
     succeed(waiters)
     if e.putters:

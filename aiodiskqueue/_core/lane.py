@@ -14,7 +14,8 @@ for the writer instead of being woken by its eventfd), or with ``inline_writes=T
 written by the loop's own thread (``write_now``); see ``inline.py``.
 
 The same thread reads ahead for the consumer (:func:`read_plan`, :func:`read_result`):
-a pread into a buffer, split into records on the loop in C when it is done. A
+a pread into a buffer, split into payloads on the loop in C when it is done (the
+read-ahead keeps where they lie as one stretch, see ``position.py``). A
 Python I/O thread would need the GIL to start each read and again to finish it,
 and a consumer taking ready messages holds the GIL without a break: measured here,
 such a thread waited 5 ms (the interpreter's switch interval) or more for it each
@@ -36,9 +37,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._format.codec import HEADER_SIZE, index, parse
+from .._format.codec import HEADER_SIZE, parse_payloads
 from .buffers import Lifecycle, wake
 from .iothread import Hop
+from .position import Stretch
 from .store import Job, JobResult
 
 if TYPE_CHECKING:
@@ -209,9 +211,8 @@ def lane_result(e: Engine, flight: _Flight, outcome: LaneResult | None = None) -
         if (e.read_at == (lw.file_num, lw.pos) and e.corruption is None
                 and e.ready_bytes + lw.total <= e.opts.read_buffer_bytes):
             # The reader has caught up to this batch: hand it over, no read needed.
-            lens = list(map(len, job.payloads))
-            res.handoff = index(job.payloads, lens, lw.file_num, lw.pos)
-            res.handoff_bytes = lw.total - HEADER_SIZE * len(lens)
+            res.handoff = Stretch(job.payloads, lw.file_num, lw.pos, lw.pos + lw.total)
+            res.handoff_bytes = lw.total - HEADER_SIZE * len(job.payloads)
     res.write_at = (st.write_file, st.write_pos)
     res.bytes_on_disk = st.bytes_on_disk
     return res
@@ -250,12 +251,13 @@ def read_result(e: Engine, flight: _Flight) -> JobResult:
         res.read_error = OSError(err, os.strerror(err))
         return res
     # Split straight out of the reused buffer: the records are new bytes objects.
-    p = parse(memoryview(lr.buf)[:nread], lr.pos, lr.file_num, e.min_size, e.max_size)
-    if p.bad_length is not None or not p.records or nread < lr.nbytes:
+    payloads, stop, bad = parse_payloads(memoryview(lr.buf)[:nread], lr.pos, e.min_size,
+                                         e.max_size)
+    if bad is not None or not payloads or nread < lr.nbytes:
         e._read_on_thread = True
-    res.records = p.records
-    res.records_bytes = p.stop - lr.pos - HEADER_SIZE * len(p.records)
-    res.read_to = (lr.file_num, p.stop)
+    res.records = Stretch(payloads, lr.file_num, lr.pos, stop)
+    res.records_bytes = stop - lr.pos - HEADER_SIZE * len(payloads)
+    res.read_to = (lr.file_num, stop)
     return res
 
 

@@ -13,11 +13,12 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from .._format.codec import HEADER, frame, index
+from .._format.codec import HEADER, frame
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, store_meta
 from .._format.scan import Record, read_span, realign, scan_segment
 from ..errors import CorruptionError
+from .position import Stretch
 
 log = logging.getLogger("aiodiskqueue")
 
@@ -49,12 +50,12 @@ class JobResult:
 
     written: int = 0
     write_error: OSError | None = None
-    handoff: list[Record] | None = None
+    handoff: list[Record] | Stretch | None = None
     handoff_bytes: int = 0  # payload bytes in handoff
     synced: bool = False
     sync_error: OSError | None = None
     meta: Meta | None = None
-    records: list[Record] = field(default_factory=list)
+    records: list[Record] | Stretch = field(default_factory=list)
     records_bytes: int = 0  # payload bytes in records
     read_to: tuple[int, int] | None = None
     read_error: OSError | None = None
@@ -189,8 +190,10 @@ class SegmentStore:
         res.bytes_on_disk = self.bytes_on_disk
         return res
 
-    def write(self, payloads: list[bytes], handoff: bool) -> list[Record] | None:
+    def write(self, payloads: list[bytes], handoff: bool) -> list[Record] | Stretch | None:
         """Append records, rolling files by go-diskqueue's rule; all or nothing.
+
+        With ``handoff``, returns where the records now lie, for the read-ahead.
 
         Raises OSError after undoing the partial batch (truncating back and
         removing files this batch created).
@@ -199,7 +202,7 @@ class SegmentStore:
         lens = list(map(len, payloads))
         total = sum(lens) + 4 * len(lens)
         if start[1] + total <= self.max_bytes:
-            # No record can roll the file: frame and index at C speed.
+            # No record can roll the file: one buffer, one write, one stretch.
             fnum, pos = start
             data = frame(payloads, lens)
             try:
@@ -212,7 +215,7 @@ class SegmentStore:
             self._data_dirty = True
             if not handoff:
                 return None
-            return index(payloads, lens, fnum, pos)
+            return Stretch(payloads, fnum, pos, pos + total)
         out: list[Record] | None = [] if handoff else None
         maxb = self.max_bytes
         fnum, pos = start
@@ -352,7 +355,8 @@ class SegmentStore:
         """Read ahead about ``budget`` bytes of records from ``at`` into ``res``."""
         fnum, pos = at
         recount = False
-        out = res.records
+        out: list[Record] = []
+        res.records = out
         while budget > 0 and (fnum, pos) < (self.write_file, self.write_pos):
             if fnum < self.write_file:
                 fd = self._reader(fnum)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from itertools import accumulate, chain, repeat
+from itertools import chain
 from typing import Any, Final
 
 HEADER: Final = struct.Struct(">i")
@@ -26,17 +26,6 @@ def frame(payloads: list[bytes], lens: list[int] | None = None) -> bytes:
     if lens is None:
         lens = list(map(len, payloads))
     return b"".join(chain.from_iterable(zip(map(_pack, lens), payloads, strict=True)))
-
-
-def index(payloads: list[bytes], lens: list[int], file_num: int,
-          pos: int) -> list[tuple[bytes, int, int]]:
-    """``(payload, file_num, end_offset)`` for records written back to back from ``pos``."""
-    ends = accumulate(map(_plus4, lens), initial=pos)
-    next(ends)
-    return list(zip(payloads, repeat(file_num), ends))
-
-
-_plus4 = (HEADER_SIZE).__add__
 
 
 class ParseResult:
