@@ -18,6 +18,7 @@ import enum
 import errno
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat, starmap
 from typing import Any
 
 from .._format.codec import HEADER_SIZE
@@ -339,8 +340,7 @@ class QueueBuffers:
         k = min(max_items, len(ready))
         if k <= 0:
             return
-        popleft = ready.popleft
-        taken = [popleft() for _ in range(k)]
+        taken = list(starmap(ready.popleft, repeat((), k)))  # a loop in C: half the cost
         out.extend(taken)
         self.ready_bytes -= sum(map(len, taken))
         self.depth -= k
