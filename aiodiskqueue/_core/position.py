@@ -31,13 +31,22 @@ class Stretch(NamedTuple):
 
 class Runs:
     """The stretches of ready messages on disk, oldest first, and the position before
-    the oldest (``base``)."""
+    the oldest (``base``).
+
+    Only the event loop's thread changes it (:meth:`add`, :meth:`reset`). :meth:`at`
+    only reads, so ``statistics()`` may call it from any thread (a metrics scrape, a
+    ``repr``): there the numbers it is given can be a moment apart from the runs, and
+    the answer is then a position near the true one, never an error. On the loop's
+    thread, where the meta is stored, it is exact.
+    """
 
     __slots__ = ("base", "count", "runs")
 
     def __init__(self) -> None:
         self.base = (0, 0)
-        self.runs: deque[list[int]] = deque()  # [file_num, start, end, messages]
+        # (file_num, start, end, messages); replaced, never changed in place, so that a
+        # copy taken from another thread holds whole runs.
+        self.runs: deque[tuple[int, int, int, int]] = deque()
         self.count = 0  # messages in all runs, taken ones included
 
     def reset(self, at: tuple[int, int]) -> None:
@@ -48,20 +57,24 @@ class Runs:
 
     def add(self, file_num: int, start: int, end: int, n: int, ready: int) -> None:
         """``n`` messages lying back to back from ``start`` to ``end`` of ``file_num``
-        join the ``ready`` ones (counted before these join)."""
-        if not ready and self.runs:
-            self.reset(self.at(0, 0))  # every message of the runs was taken
+        join the ``ready`` ones (counted before these join). Runs taken whole are
+        dropped first, so the runs are never more than those holding ready messages."""
+        runs = self.runs
+        taken = self.count - ready
+        while runs and runs[0][3] <= taken:
+            fnum, _, rend, k = runs.popleft()
+            self.base = (fnum, rend)
+            self.count -= k
+            taken -= k
         if n <= 0:
             return
-        runs = self.runs
         if runs:
             last = runs[-1]
             if last[0] == file_num and last[2] == start:
-                last[2] = end
-                last[3] += n
+                runs[-1] = (file_num, last[1], end, last[3] + n)
                 self.count += n
                 return
-        runs.append([file_num, start, end, n])
+        runs.append((file_num, start, end, n))
         self.count += n
 
     def add_records(self, records: list[Record], ready: int) -> list[bytes]:
@@ -86,17 +99,17 @@ class Runs:
 
     def at(self, ready: int, ready_bytes: int) -> tuple[int, int]:
         """The consumer position while ``ready`` messages of ``ready_bytes`` bytes
-        (headers included) are not yet taken. Drops the runs taken whole."""
-        runs = self.runs
+        (headers included) are not yet taken. Changes nothing."""
+        runs = list(self.runs)  # one C call: whole runs, whatever another thread does
+        base = self.base
         taken = self.count - ready
-        assert taken >= 0, (self.count, ready)  # every ready message joined through add()
-        while runs and runs[0][3] <= taken:
-            file_num, _, end, n = runs.popleft()
-            self.base = (file_num, end)
-            self.count -= n
+        for i, (file_num, start, end, n) in enumerate(runs):
+            if taken < n:
+                if taken <= 0:
+                    return base
+                # Partly taken: its untaken messages are its last ones.
+                later = sum(r[2] - r[1] for r in runs[i + 1:])
+                return (file_num, min(end, max(start, end - (ready_bytes - later))))
             taken -= n
-        if not taken:
-            return self.base
-        # The oldest run is partly taken: its untaken messages are its last ones.
-        later = sum(r[2] - r[1] for r in runs) - (runs[0][2] - runs[0][1])
-        return (runs[0][0], runs[0][2] - (ready_bytes - later))
+            base = (file_num, end)
+        return base
