@@ -9,13 +9,11 @@ from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, final
 
-from ._core.buffers import Lifecycle
+from ._core.buffers import QUEUE_OPEN, Lifecycle
 from ._core.engine import Engine
 from ._core.options import DEFAULTS, Options, Statistics, as_bytes, check_name
 from ._format.layout import Layout
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
-
-_OPEN = Lifecycle.OPEN
 
 
 @final
@@ -173,7 +171,7 @@ class DiskQueue:
             raise MessageSizeError(n, e.min_size, e.max_size)
         if e.maxsize:
             await e.wait_not_full()
-        if e.state is not _OPEN:
+        if e.state is not QUEUE_OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
         e.accept([data], n + 4, fut)
@@ -192,7 +190,7 @@ class DiskQueue:
         if not all(type(d) is bytes for d in datas):
             datas = [as_bytes(d) for d in datas]
         if not datas:
-            if e.state is not _OPEN:
+            if e.state is not QUEUE_OPEN:
                 raise e.closed_error()
             return
         lens = list(map(len, datas))
@@ -200,7 +198,7 @@ class DiskQueue:
         if min(lens) < lo or max(lens) > hi:
             bad = next(n for n in lens if n < lo or n > hi)
             raise MessageSizeError(bad, lo, hi)
-        if e.state is not _OPEN:
+        if e.state is not QUEUE_OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
         e.accept(datas, sum(lens) + 4 * len(lens), fut)
