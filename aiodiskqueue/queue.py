@@ -11,6 +11,7 @@ from typing import Any, final
 
 from ._core.buffers import QUEUE_OPEN, Lifecycle
 from ._core.engine import Engine
+from ._core.inline import write_one
 from ._core.options import DEFAULTS, Options, Statistics, as_bytes, check_name
 from ._format.layout import Layout
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
@@ -158,7 +159,8 @@ class DiskQueue:
         Returns once the record is written to the OS (``sync_every > 1``) or
         fsynced (``sync_every=1``). Waits first while the queue is at ``maxsize``.
         If the call is cancelled after the message was accepted, the message
-        may still be stored.
+        may still be stored. A producer alone on the queue may go on without
+        suspending for a few puts in a row, as with ``asyncio.Queue.put``.
 
         Raises MessageSizeError, TypeError, QueueClosed as ``put_nowait`` does,
         and DiskQueueError (chained to the OSError) if the write fails; then
@@ -174,7 +176,12 @@ class DiskQueue:
         if e.state is not QUEUE_OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.accept([data], n + 4, fut)
+        if e._direct_left and write_one(e, data, n + 4, fut):
+            if fut.done():  # written and applied (or failed): no need to suspend
+                fut.result()
+                return
+        else:
+            e.accept([data], n + 4, fut)
         await fut
 
     async def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:

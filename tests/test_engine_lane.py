@@ -482,3 +482,123 @@ async def test_by_default_the_event_loop_never_writes(
     assert inline == []
     assert sum(sizes) == (50 if q.statistics().write_path == "native" else 0)
     assert [await q.get() for _ in range(51)] == [b"first"] + [b"m%02d" % i for i in range(50)]
+
+
+async def _lone_producer(q: DiskQueue, path: Path, n: int) -> list[int]:
+    """Put ``n`` messages one by one, each on disk when its put() returns; return, for
+    each put, how many times a ticker task on the same loop had run before it."""
+    ticks = 0
+    seen: list[int] = []
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    t = asyncio.create_task(ticker())
+    try:
+        for i in range(n):
+            seen.append(ticks)
+            await q.put(b"m%03d" % i)
+            assert records(path.read_bytes())[-1] == b"m%03d" % i  # on disk when put returns
+    finally:
+        t.cancel()
+    return seen
+
+
+@pytest.mark.parametrize("inline_writes", [True, False], ids=["inline", "polled"])
+async def test_a_lone_producer_yields_to_the_other_tasks_every_few_puts(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inline_writes: bool) -> None:
+    from aiodiskqueue._core import inline as _inline
+    _count_lane(monkeypatch)
+    q = await make_queue(inline_writes=inline_writes, sync_interval=3600.0)
+    await q.put(b"first")  # creates the segment, on the I/O thread
+    seen = await _lone_producer(q, tmp_path / seg_name("q", 0), 300)
+    # Puts written from put() itself go on without suspending, but never more than
+    # DIRECT_RUN in a row: then one takes the usual way and the ticker gets its turn.
+    longest = max(seen.count(t) for t in set(seen))
+    assert longest <= _inline.DIRECT_RUN + 1, longest
+    assert [await q.get() for _ in range(301)] == [b"first"] + [b"m%03d" % i for i in range(300)]
+
+
+async def test_a_lone_producer_s_puts_are_written_without_suspending(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue._core import inline as _inline
+    inline: list[int] = []
+    sizes = _count_lane(monkeypatch, inline)
+    q = await make_queue(inline_writes=True, sync_interval=3600.0)
+    await q.put(b"first")
+    del inline[:], sizes[:]
+    seen = await _lone_producer(q, tmp_path / seg_name("q", 0), 330)
+    # One put in DIRECT_RUN + 1 suspends (the first, and each that ends a run); the
+    # others finish in put() itself: the ticker had its turns about 10 times, not 330.
+    suspended = len(set(seen)) - 1
+    assert suspended <= 330 // (_inline.DIRECT_RUN + 1), suspended
+    assert inline == [1] * 330 and sizes == []
+    assert q.statistics().puts == 331 and q.qsize() == 331
+
+
+async def test_producers_that_put_at_the_same_time_still_share_writes(
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue._core import inline as _inline
+    inline: list[int] = []
+    _count_lane(monkeypatch, inline)
+    q = await make_queue(inline_writes=True, sync_interval=3600.0)
+    await q.put(b"first")
+    for i in range(10):  # alone: its puts are written from put() itself
+        await q.put(b"alone%d" % i)
+    del inline[:]
+
+    async def producer(p: int) -> None:
+        for i in range(20):
+            await q.put(b"%02d-%02d" % (p, i))
+
+    await asyncio.gather(*(producer(p) for p in range(16)))
+    # The lone producer's run may still write a few puts one by one; after that, the
+    # puts of one loop iteration share a write again.
+    assert sum(inline) == 320
+    assert len(inline) <= _inline.DIRECT_RUN + 320 // 8, inline
+    got = [await q.get() for _ in range(331)][11:]
+    for p in range(16):
+        assert [m for m in got if m.startswith(b"%02d-" % p)] == [b"%02d-%02d" % (p, i)
+                                                                  for i in range(20)]
+
+
+@pytest.mark.parametrize("inline_writes", [True, False], ids=["inline", "polled"])
+async def test_a_failed_write_of_a_lone_producer_fails_its_put_and_keeps_the_rest(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inline_writes: bool) -> None:
+    from aiodiskqueue import DiskQueueError
+    q = await make_queue(inline_writes=inline_writes, sync_interval=3600.0)
+    for i in range(5):
+        await q.put(b"ok%d" % i)
+    assert q._e._direct_left > 0  # the next put is written from put() itself
+    # The disk fills up under the next write: the writer reports ENOSPC for it.
+    from aiodiskqueue._core.iothread import Hop
+    method = "write_now" if inline_writes else "write_polled"
+    real = getattr(_lane.WriteLane, method)
+    failed: list[list[bytes]] = []
+
+    def full(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int) -> Any:
+        failed.append(payloads)
+        outcome = (0, errno.ENOSPC, 0)
+        if inline_writes:
+            return outcome
+        hop: Hop[Any] = Hop(loop=asyncio.get_running_loop())
+        hop.set_result(outcome)
+        return hop
+
+    monkeypatch.setattr(_lane.WriteLane, method, full)
+    with pytest.raises(DiskQueueError) as ei:
+        await asyncio.wait_for(q.put(b"lost"), 5)
+    cause = ei.value.__cause__
+    assert isinstance(cause, OSError) and cause.errno == errno.ENOSPC, ei.value
+    assert failed == [[b"lost"]]  # written from put() itself, alone
+    monkeypatch.setattr(_lane.WriteLane, method, real)
+    for i in range(5):
+        await q.put(b"more%d" % i)
+    want = [b"ok%d" % i for i in range(5)] + [b"more%d" % i for i in range(5)]
+    assert [await q.get() for _ in range(10)] == want
+    assert records((tmp_path / seg_name("q", 0)).read_bytes()) == want

@@ -96,6 +96,7 @@ class Engine(ErrorPaths):
         self._flush_soon = False  # inline.flush is scheduled for this loop iteration
         self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
         self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
+        self._direct_left = 0  # puts a lone producer may still write itself: inline.write_one
         self._beside: _Flight | None = None  # a sync round that inline writes run beside
         self._beside_wake: asyncio.Future[None] | None = None  # see inline.before_next_done
         self._deferred = 0  # bytes written inline beside it, not yet told to the store

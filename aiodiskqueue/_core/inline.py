@@ -55,6 +55,9 @@ INLINE_STALL = 0.01
 INLINE_SLOW = 3
 #: ... for this many seconds.
 INLINE_BACKOFF = 1.0
+#: A producer alone writes at most this many puts in a row from ``put()`` itself (see
+#: :func:`write_one`) before one goes the usual way and lets the loop's other tasks run.
+DIRECT_RUN = 32
 
 _LIVE = (Lifecycle.OPEN, Lifecycle.SHUTDOWN)
 
@@ -88,22 +91,61 @@ def flush(e: Engine) -> None:
     size = e.pending_bytes
     if not size:
         return
-    lane, fd = e.lane, e.store.writer_fd
-    file_num, pos = e.write_at
-    if (not _free(e) or size > INLINE_MAX or lane is None or fd is None
-            or e._lane_error is not None or e._kick_error is not None
-            or e.state not in _LIVE or pos + size > e.store.max_bytes
-            or (e._inline_off_until and time.perf_counter() < e._inline_off_until)
-            or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
-            or (e._beside is not None and e.since_sync + len(e.pending) >= half(e))):
+    if not _may_write(e, size, len(e.pending)):
         kick_lane(e)
         wake(e.put_req)
         wake(e._beside_wake)  # the ioLoop waits for the round beside: see beside_next
         return
-    sync_due = e._beside is None and (e.since_sync + len(e.pending) >= half(e)
-                                      or e._sync_round_due())
     payloads, waiters = e.pending, e.put_waiters
     e.pending, e.put_waiters, e.pending_bytes = [], [], 0
+    # One producer alone (one put, awaited): its next puts may be written at once.
+    e._direct_left = DIRECT_RUN if len(payloads) == 1 and len(waiters) == 1 else 0
+    _write(e, payloads, waiters, size)
+
+
+def write_one(e: Engine, data: bytes, size: int, waiter: asyncio.Future[None]) -> bool:
+    """Write one awaited put (``size`` bytes as a record) from ``put()`` itself, before it
+    returns, if a producer is alone (the last batch :func:`flush` wrote was one awaited
+    put) and :func:`flush` could write it now; False if not (the put takes the usual way).
+
+    A lone producer gains a loop iteration and a task switch per put: it goes on without
+    suspending, as with ``asyncio.Queue.put``. After :data:`DIRECT_RUN` such puts in a row,
+    a put takes the usual way, so the producer yields to the other tasks of the loop.
+    ``waiter`` is done when this returns, unless the write outlasted its poll or failed
+    to start: then it is done when the ioLoop has applied or failed it.
+    """
+    if e._direct_left <= 0 or e.pending or not _may_write(e, size, 1):
+        return False
+    e._direct_left -= 1
+    e.unwritten += 1
+    e.puts += 1
+    _write(e, [data], [waiter], size)
+    return True
+
+
+def _may_write(e: Engine, size: int, puts: int) -> bool:
+    """May a batch of ``puts`` messages (``size`` bytes as records) be written from the
+    loop now? Not while anything but a sync round is in flight, nor when something else
+    is due first (a sync, a meta, a purge, a read ahead), nor a batch over
+    :data:`INLINE_MAX`, nor one that would cross into the next segment."""
+    fd = e.store.writer_fd
+    return not (not can_schedule(e) or size > INLINE_MAX or fd is None
+                or e._lane_error is not None or e.state not in _LIVE
+                or e.write_at[1] + size > e.store.max_bytes
+                or (e._inline_off_until and time.perf_counter() < e._inline_off_until)
+                or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
+                or (e._beside is not None and e.since_sync + puts >= half(e)))
+
+
+def _write(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
+           size: int) -> None:
+    """Write a batch that :func:`_may_write` allowed, and apply it, or leave it to the
+    ioLoop if the writer is still at it when the poll gives up, or if it failed to start."""
+    lane, fd = e.lane, e.store.writer_fd
+    assert lane is not None and fd is not None
+    file_num, pos = e.write_at
+    sync_due = e._beside is None and (e.since_sync + len(payloads) >= half(e)
+                                      or e._sync_round_due())
     e.since_sync += len(payloads)
     try:
         if e.opts.inline_writes:
