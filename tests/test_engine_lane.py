@@ -571,6 +571,7 @@ async def test_a_failed_write_of_a_lone_producer_fails_its_put_and_keeps_the_res
         make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         inline_writes: bool) -> None:
     from aiodiskqueue import DiskQueueError
+    _count_lane(monkeypatch)  # a slow write on a busy machine must not turn inline writes off
     q = await make_queue(inline_writes=inline_writes, sync_interval=3600.0)
     for i in range(5):
         await q.put(b"ok%d" % i)
@@ -602,3 +603,50 @@ async def test_a_failed_write_of_a_lone_producer_fails_its_put_and_keeps_the_res
     want = [b"ok%d" % i for i in range(5)] + [b"more%d" % i for i in range(5)]
     assert [await q.get() for _ in range(10)] == want
     assert records((tmp_path / seg_name("q", 0)).read_bytes()) == want
+
+
+@pytest.mark.parametrize("inline_writes", [True, False], ids=["inline", "polled"])
+@pytest.mark.parametrize("case", ["read-ahead full", "larger than the read-ahead"])
+async def test_a_waiting_consumer_gets_what_a_loop_write_left_on_disk(
+        make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch, inline_writes: bool,
+        case: str) -> None:
+    # A write from the loop hands its records to a caught-up consumer when they fit the
+    # read-ahead; when they do not, they stay on disk, and the consumer must get them by a
+    # read then, not when the periodic sync timer (an hour here) next wakes the ioLoop.
+    _count_lane(monkeypatch)
+    q = await make_queue(inline_writes=inline_writes, read_buffer_bytes=4096,
+                         sync_interval=3600.0)
+    await q.put(b"first")
+    assert await q.get() == b"first"
+    if case == "read-ahead full":
+        sent = [bytes([65 + i]) * 1000 for i in range(10)]
+        for m in sent:  # the first four fill the read-ahead; the rest stay on disk
+            await q.put(m)
+        got = [await asyncio.wait_for(q.get(), 5) for _ in range(10)]
+    else:
+        sent = [b"x" * 5000]
+        getter = asyncio.create_task(q.get())
+        await asyncio.sleep(0.01)  # the consumer waits, caught up
+        await q.put(sent[0])
+        got = [await asyncio.wait_for(getter, 5)]
+    assert got == sent
+
+
+async def test_a_purge_drops_a_loop_write_that_outlasted_its_poll(
+        make_queue: MakeQueue) -> None:
+    # spin_us=0: the loop never polls, so the write of a put is still in flight when the
+    # purge is asked for. The put was accepted before the purge: no consumer may get it.
+    q = await make_queue(spin_us=0)
+    for i in range(3):
+        await q.put(b"old%d" % i)
+    assert [await q.get() for _ in range(3)] == [b"old%d" % i for i in range(3)]
+    getter = asyncio.create_task(q.get())
+    await asyncio.sleep(0.01)  # the consumer is caught up and waits
+    put = asyncio.create_task(q.put(b"before-purge"))
+    await asyncio.sleep(0)  # the put runs: its write is sent and not yet done
+    assert any(f.lane is not None and f.lane.from_loop for f in q._e._flights)
+    await q.purge()
+    await put
+    await q.put(b"after-purge")
+    assert await asyncio.wait_for(getter, 5) == b"after-purge"
+    assert q.qsize() == 0

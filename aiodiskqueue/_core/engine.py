@@ -440,6 +440,7 @@ class Engine(ErrorPaths):
         """Move every pending message, and the put waiters, into the next hop."""
         taken = self.pending
         self._batch_waiters = self.put_waiters
+        self._direct_left = 0  # a batch not written by inline.flush: see inline.write_one
         self.pending, self.put_waiters = [], []
         self.pending_bytes = 0
         return taken

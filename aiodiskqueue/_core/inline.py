@@ -92,6 +92,7 @@ def flush(e: Engine) -> None:
     if not size:
         return
     if not _may_write(e, size, len(e.pending)):
+        e._direct_left = 0  # only a batch written here says whether a producer is alone
         kick_lane(e)
         wake(e.put_req)
         wake(e._beside_wake)  # the ioLoop waits for the round beside: see beside_next
@@ -174,10 +175,12 @@ def _write(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]]
 
 
 def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
-            file_num: int, pos: int, size: int, outcome: LaneResult, sync_due: bool) -> None:
+            file_num: int, pos: int, size: int, outcome: LaneResult, sync_due: bool,
+            stale: bool = False) -> None:
     """Apply a batch that :func:`flush` wrote (``outcome``: written, errno, 0): the success
     case of Engine._apply for a lane append, without the hop's objects; a failure as a
-    failed lane write."""
+    failed lane write. ``stale``: purged since it was sent (see :func:`finished`), so, as
+    in Engine._apply, neither counted nor handed to the consumer."""
     n = len(payloads)
     if outcome[1]:
         _failed(e, payloads, waiters, file_num, pos, size, outcome)
@@ -191,12 +194,24 @@ def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
         e.bytes_on_disk += size
     e.write_at = (file_num, pos + size)
     e.unwritten -= n
-    e.depth += n
-    if (e.read_at == (file_num, pos) and e.corruption is None
+    if stale:
+        pass
+    elif (e.read_at == (file_num, pos) and e.corruption is None
             and e.ready_bytes + size <= e.opts.read_buffer_bytes):
         # The reader has caught up to this batch: hand it over, no read needed.
+        e.depth += n
         e.add_ready(Stretch(payloads, file_num, pos, pos + size), size - HEADER_SIZE * n)
         e.read_at = e.write_at
+    else:
+        e.depth += n
+        if e.corruption is None:
+            # Left on disk (the read-ahead is full, or the batch is larger than it): the
+            # consumer asks for the read at its low-water mark (see lane.refill), and one
+            # that waits already gets it from the ioLoop now.
+            e.refill_at = e.low_water
+            if e._read_due():
+                wake(e.put_req)
+                wake(e._beside_wake)
     succeed(waiters)
     if e.putters:
         for _ in range(min(len(e.putters), max(0, e.maxsize - e.qsize()))):
@@ -329,7 +344,7 @@ def finished(e: Engine, flight: _Flight) -> None:
     sync_due = (e.state in _LIVE and e._beside is None
                 and (e.since_sync + len(e.pending) >= half(e) or e._sync_round_due()))
     applied(e, payloads, flight.waiters, lw.file_num, lw.pos, lw.total, flight.fut.result(),
-            sync_due)
+            sync_due, stale=flight.epoch != e.epoch)
 
 
 def _lane_flight(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
