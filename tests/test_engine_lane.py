@@ -650,3 +650,34 @@ async def test_a_purge_drops_a_loop_write_that_outlasted_its_poll(
     await q.put(b"after-purge")
     assert await asyncio.wait_for(getter, 5) == b"after-purge"
     assert q.qsize() == 0
+
+
+@pytest.mark.parametrize("inline_writes", [True, False], ids=["inline", "polled"])
+async def test_writes_beside_a_sync_round_never_leave_more_than_sync_every_unsynced(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inline_writes: bool) -> None:
+    # 7 producers put together: batches of 7. The second batch takes since_sync to 14,
+    # past half of sync_every (16), and the round that then starts covers 14 messages;
+    # beside it, only one more may be written, so a third batch of 7 must wait for it.
+    _count_lane(monkeypatch)
+    q = await make_queue(inline_writes=inline_writes, sync_every=16, sync_interval=3600.0)
+    await q.put(b"first")
+    await q.sync()  # everything so far is fsynced
+    held = _HeldSync(monkeypatch)
+
+    async def producer(p: int) -> None:
+        for i in range(6):
+            await q.put(b"%d-%d" % (p, i))
+
+    producers = asyncio.gather(*(producer(p) for p in range(7)))
+    assert await asyncio.to_thread(held.started.wait, 5)  # the round started, held
+    await asyncio.sleep(0.3)  # whatever may be written beside it is written by now
+    unsynced = len(records((tmp_path / seg_name("q", 0)).read_bytes())) - 1
+    assert 14 <= unsynced < 16, unsynced
+    held.release.set()
+    await asyncio.wait_for(producers, 10)
+    got = [await q.get() for _ in range(43)]
+    assert got[0] == b"first"
+    for p in range(7):
+        assert [m for m in got if m.startswith(b"%d-" % p)] == [b"%d-%d" % (p, i)
+                                                              for i in range(6)]

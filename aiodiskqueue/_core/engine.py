@@ -98,6 +98,7 @@ class Engine(ErrorPaths):
         self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
         self._direct_left = 0  # puts a lone producer may still write itself: inline.write_one
         self._beside: _Flight | None = None  # a sync round that inline writes run beside
+        self._beside_room = 0  # since_sync that writes beside it may reach: see inline
         self._beside_wake: asyncio.Future[None] | None = None  # see inline.before_next_done
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
         self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)

@@ -24,9 +24,11 @@ are not held up behind the disk.
 
 The periodic sync round does not hold producers up either: once half of
 ``sync_every`` puts are written, the round (``fdatasync``, the meta file) starts on
-the I/O thread and inline writes go on beside it for up to the other half. Its meta
-is the state before those writes (the store learns of them when the round is done),
-and at most ``sync_every`` messages are ever written but not yet fsynced, as before.
+the I/O thread and inline writes go on beside it for what ``sync_every`` leaves: the
+round covers every message written before it (a batch may take it past half), and
+those beside it stay below ``sync_every`` together with them, so fewer than
+``sync_every`` messages written from the loop are ever not yet fsynced. Its meta is
+the state before those writes (the store learns of them when the round is done).
 """
 
 from __future__ import annotations
@@ -135,7 +137,13 @@ def _may_write(e: Engine, size: int, puts: int) -> bool:
                 or e.write_at[1] + size > e.store.max_bytes
                 or (e._inline_off_until and time.perf_counter() < e._inline_off_until)
                 or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
-                or (e._beside is not None and e.since_sync + puts >= half(e)))
+                or e.since_sync + puts > _room(e))
+
+
+def _room(e: Engine) -> int:
+    """How far ``since_sync`` may go with writes from the loop: to ``sync_every``, or,
+    beside a sync round, to what that round leaves of it (it covers what came before)."""
+    return e.sync_every if e._beside is None else e._beside_room
 
 
 def _write(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
@@ -267,6 +275,7 @@ def start_sync_round(e: Engine) -> None:
     fdatasync. What it stores was written before it started: its meta is taken before
     the writes beside it reach the store (see :func:`settle`)."""
     e._sync_at = half(e)  # the round is due at half of sync_every
+    covered = e.since_sync + len(e.pending)  # the round takes what is pending too
     try:
         flight = e._next_flight()
     finally:
@@ -278,6 +287,9 @@ def start_sync_round(e: Engine) -> None:
             # A sync round only: writes from the loop may run beside it. The ioLoop's own
             # rounds (by time, or for a consumer) are not: lane reads go beside those.
             e._beside = flight
+            # Written beside it, and with it not yet fsynced: fewer than sync_every (the
+            # put that reaches sync_every waits for the round, as before).
+            e._beside_room = max(0, e.sync_every - covered - 1)
         e._flights.append(flight)
         wake(e.put_req)
 
@@ -327,7 +339,8 @@ def beside_next(e: Engine) -> _Flight | None:
     if len(e._flights) != 1:
         return None
     flight = _lane.lane_read(e)
-    if flight is None and e.pending and not e._flush_soon and can_schedule(e):
+    if (flight is None and e.pending and not e._flush_soon
+            and _may_write(e, e.pending_bytes, len(e.pending))):
         e._flush_soon = True
         loop = e.loop
         assert loop is not None
@@ -372,9 +385,8 @@ def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
 
 
 def half(e: Engine) -> int:
-    """Puts after which a sync round starts beside inline writes, and how many may be
-    written beside it: half of ``sync_every`` each, so never more than ``sync_every``
-    messages are not yet fsynced."""
+    """Puts after which a sync round starts beside inline writes: half of
+    ``sync_every``, so that about as many may be written beside it (see :func:`_room`)."""
     return max(1, e.sync_every // 2)
 
 
