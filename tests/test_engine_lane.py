@@ -681,3 +681,30 @@ async def test_writes_beside_a_sync_round_never_leave_more_than_sync_every_unsyn
     for p in range(7):
         assert [m for m in got if m.startswith(b"%d-" % p)] == [b"%d-%d" % (p, i)
                                                               for i in range(6)]
+
+
+async def test_a_lone_producer_s_write_that_outlasts_its_poll_returns_once_written(
+        make_queue: MakeQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # spin_us=0: the loop never polls, so each write a lone producer's put() sends itself
+    # is still running when put() looks: the ioLoop applies it, and only then may the put
+    # return, with its record on disk. sync_every=8 puts rounds beside these writes.
+    import aiodiskqueue.queue as _queue
+    outlasted: list[bool] = []
+    from aiodiskqueue._core.inline import write_one as real
+
+    def watching(e: Any, data: bytes, size: int, waiter: asyncio.Future[None]) -> bool:
+        sent = real(e, data, size, waiter)
+        if sent:
+            outlasted.append(not waiter.done())
+        return sent
+
+    monkeypatch.setattr(_queue, "write_one", watching)
+    q = await make_queue(spin_us=0, sync_every=8, sync_interval=0.01)
+    path = tmp_path / seg_name("q", 0)
+    for i in range(300):
+        await asyncio.wait_for(q.put(b"m%03d" % i), 5)
+        assert records(path.read_bytes())[-1] == b"m%03d" % i
+    assert len(outlasted) >= 100 and all(outlasted), (len(outlasted), outlasted.count(False))
+    st = q.statistics()
+    assert (q.qsize(), st.puts, st.pending_writes) == (300, 300, 0)
+    assert [await q.get() for _ in range(300)] == [b"m%03d" % i for i in range(300)]
