@@ -26,9 +26,10 @@ The periodic sync round does not hold producers up either: once half of
 ``sync_every`` puts are written, the round (``fdatasync``, the meta file) starts on
 the I/O thread and inline writes go on beside it for what ``sync_every`` leaves: the
 round covers every message written before it (a batch may take it past half), and
-those beside it stay below ``sync_every`` together with them, so fewer than
-``sync_every`` messages written from the loop are ever not yet fsynced. Its meta is
-the state before those writes (the store learns of them when the round is done).
+those beside it stay below ``sync_every`` together with them; a batch that would take
+the count past ``sync_every`` goes to the ioLoop, which writes and fsyncs it in one hop.
+So at most ``sync_every`` messages written from the loop are ever not yet fsynced. Its
+meta is the state before those writes (the store learns of them when the round is done).
 """
 
 from __future__ import annotations
@@ -202,17 +203,14 @@ def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
         e.bytes_on_disk += size
     e.write_at = (file_num, pos + size)
     e.unwritten -= n
-    if stale:
-        pass
-    elif (e.read_at == (file_num, pos) and e.corruption is None
-            and e.ready_bytes + size <= e.opts.read_buffer_bytes):
-        # The reader has caught up to this batch: hand it over, no read needed.
+    if not stale:
         e.depth += n
-        e.add_ready(Stretch(payloads, file_num, pos, pos + size), size - HEADER_SIZE * n)
-        e.read_at = e.write_at
-    else:
-        e.depth += n
-        if e.corruption is None:
+        if (e.read_at == (file_num, pos) and e.corruption is None
+                and e.ready_bytes + size <= e.opts.read_buffer_bytes):
+            # The reader has caught up to this batch: hand it over, no read needed.
+            e.add_ready(Stretch(payloads, file_num, pos, pos + size), size - HEADER_SIZE * n)
+            e.read_at = e.write_at
+        elif e.corruption is None:
             # Left on disk (the read-ahead is full, or the batch is larger than it): the
             # consumer asks for the read at its low-water mark (see lane.refill), and one
             # that waits already gets it from the ioLoop now.
