@@ -458,7 +458,10 @@ Writer_write_records(Writer *w, PyObject *args)
  * `signaled`, so the writer thread skips the eventfd write for what it finishes: the
  * loop neither sleeps in epoll nor is woken for a job it collects itself. On a
  * timeout it gives `signaled` back and looks once more, so a job finished meanwhile is
- * either seen here or signalled through the eventfd. */
+ * either seen here or signalled through the eventfd. The writer publishes `completed`
+ * before it looks at `signaled`, so a poll that sees a job done in between (the writer
+ * preempted there) lets an eventfd write through that carries no job: reap() then gives
+ * nothing, and the loop only pays a wake-up. */
 static PyObject *
 Writer_poll(Writer *w, PyObject *arg)
 {
