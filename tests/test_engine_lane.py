@@ -37,6 +37,27 @@ def test_the_native_writer_is_built() -> None:
     assert _lane.available()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names from /proc")
+def test_the_writer_thread_carries_its_name_while_it_runs() -> None:
+    # So that top -H, ps -L and the per-thread CPU of bench_put_threads.py can tell it.
+    from aiodiskqueue._core import _writer
+
+    def names() -> list[str]:
+        tasks = Path("/proc/self/task")
+        return [(t / "comm").read_text().strip() for t in tasks.iterdir()]
+
+    before = names().count(_writer.THREAD_NAME)
+    w = _writer.Writer(0, _lane.SMALL_MAX)
+    try:
+        assert names().count(_writer.THREAD_NAME) == before + 1
+    finally:
+        w.close()
+    deadline = time.monotonic() + 5  # a joined thread leaves /proc a moment later
+    while names().count(_writer.THREAD_NAME) != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert names().count(_writer.THREAD_NAME) == before
+
+
 def test_writer_reports_write_and_fdatasync_results(tmp_path: Path) -> None:
     assert _lane.Writer is not None
     w = _lane.Writer(0, _lane.SMALL_MAX)

@@ -4,6 +4,8 @@ from collections.abc import Sequence
 from typing import Any
 
 RING: int
+#: The native writer thread's name (``/proc/PID/task/TID/comm``, ``top -H``), on Linux.
+THREAD_NAME: str
 
 def split_records(buf: bytes | bytearray | memoryview, base: int, file_num: int,
                   min_size: int, max_size: int, max_records: int = -1,
