@@ -154,3 +154,37 @@ def test_baseline_round_trips_records(tmp_path: Path) -> None:
     assert got == payloads
     size = sum(4 + len(p) for p in payloads)
     assert (tmp_path / "raw.dat").stat().st_size == size
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread CPU from /proc")
+def test_put_threads_tells_the_queue_s_threads_apart(tmp_path: Path) -> None:
+    import asyncio
+
+    from aiodiskqueue import DiskQueue
+    from aiodiskqueue._core import lane
+
+    mod = _load("bench_put_threads")
+
+    async def parts_while_open() -> list[str]:
+        async with await DiskQueue.open(tmp_path, "q") as q:
+            await q.put(b"x")
+            return sorted(part for part, _ in mod.thread_cpu().values())
+
+    parts = asyncio.run(parts_while_open())
+    assert parts.count("loop") == 1
+    assert parts.count("io") == 1
+    assert parts.count("writer") == (1 if lane.available() else 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread CPU from /proc")
+def test_put_threads_prints_a_row_per_mode_and_producer_count() -> None:
+    cmd = [sys.executable, str(BENCH / "bench_put_threads.py"), "--n", "2000", "--reps", "1",
+           "--loop", "asyncio", "--producers", "1,4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [ln.split() for ln in proc.stdout.splitlines()[2:]]
+    assert [(r[0], r[1]) for r in rows[1:]] == [
+        (m, p) for p in ("1", "4") for m in ("default", "spin50", "spin0", "inline")]
+    assert rows[0][:3] == ["raw", "os.write", "1"]
+    assert all(float(r[-7].replace(",", "")) > 0 for r in rows)  # msgs/s, 7th from the end
