@@ -84,6 +84,14 @@ class _IOLog:
             return write_now(lane, fd, payloads, offset)
 
         mp.setattr(_lane.WriteLane, "write_now", lane_write_now)
+        write_polled = _lane.WriteLane.write_polled
+
+        def lane_write_polled(lane: _lane.WriteLane, fd: int, payloads: list[bytes],
+                              offset: int) -> Any:
+            self.events.append(("write", b"".join(payloads)))
+            return write_polled(lane, fd, payloads, offset)
+
+        mp.setattr(_lane.WriteLane, "write_polled", lane_write_polled)
 
     def synced(self, payload: bytes) -> bool:
         """Whether a write holding ``payload`` was followed by an fsync."""

@@ -85,6 +85,52 @@ def test_every_job_is_either_collected_by_poll_or_signalled(tmp_path: Path) -> N
     assert records((tmp_path / "f").read_bytes()) == written
 
 
+def test_write_polled_answers_or_leaves_the_job_to_the_eventfd(tmp_path: Path) -> None:
+    # Submit, poll and reap in one call: a job done within the wait comes back as its
+    # result (nothing left to reap, no signal that carries a job); one that is not stays
+    # in flight and is signalled like any job. Every record lands, in order.
+    assert _lane.Writer is not None
+    rnd = random.Random(11)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    w = _lane.Writer(100, _lane.SMALL_MAX)
+    efd = w.fileno()
+    answered = left = 0
+    offset = 0
+    written: list[bytes] = []
+    try:
+        for i in range(300):
+            payloads = [b"%04d" % i * rnd.randint(1, 300)] * rnd.randint(1, 8)
+            total = 4 * len(payloads) + sum(map(len, payloads))
+            got = w.write_polled(fd, payloads, offset, rnd.choice([0, 0, 5_000, 5_000_000]))
+            written += payloads
+            offset += total
+            if got is not None:
+                answered += 1
+                assert got == (total, 0, 0)
+                assert w.inflight() == 0
+                if _readable(efd, 0):  # see test_every_job_is_either_collected_...
+                    assert w.reap() == []
+            else:
+                left += 1
+                reaped: list[tuple[int, int, int]] = []
+                while not reaped:
+                    assert _readable(efd, 10), f"job {i} finished but was never signalled"
+                    reaped = w.reap()
+                assert reaped == [(total, 0, 0)]
+            assert w.inflight() == 0
+        # Not while another job is queued: the caller would lose the order of results.
+        w.submit_records(fd, [b"queued"], offset, False)
+        with pytest.raises(RuntimeError, match="queued"):
+            w.write_polled(fd, [b"not written"], offset + 10, 50_000)
+        assert w.inflight() == 1
+        written.append(b"queued")
+    finally:
+        w.close()
+        os.close(fd)
+    assert answered and left  # a timeout of 0 never waits: both ways were taken
+    assert records((tmp_path / "f").read_bytes()) == written
+
+
 def _polls(monkeypatch: pytest.MonkeyPatch, wait_ns: int, give_up: bool = False) -> list[int]:
     """Set the lane's poll window; the outcomes of the writer's polls go into the list.
 
@@ -108,6 +154,14 @@ def _polls(monkeypatch: pytest.MonkeyPatch, wait_ns: int, give_up: bool = False)
                 hit = 0 if give_up else w.poll(timeout_ns)
                 outcomes.append(hit)
                 return hit
+
+            def write_polled(self, fd: int, payloads: list[bytes], offset: int,
+                             timeout_ns: int) -> Any:
+                # Submit, poll and reap in one call; a timeout of 0 gives up at once.
+                got = w.write_polled(fd, payloads, offset, 0 if give_up else timeout_ns)
+                if timeout_ns:
+                    outcomes.append(0 if got is None else 1)
+                return got
 
         lane._w = Spy()  # type: ignore[assignment]
 

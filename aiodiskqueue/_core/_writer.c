@@ -460,8 +460,8 @@ Writer_write_records(Writer *w, PyObject *args)
 }
 
 /* Wait on the calling thread (the event loop), the GIL released, for up to
- * `timeout_ns` until the oldest job not yet reaped is done: 1 if it is (reap() now
- * gives it), 0 if not by then, -1 if nothing is in flight. While it waits it holds
+ * `timeout_ns` until job number `want` is done: 1 if it is (reap() now gives it), 0 if
+ * not by then. While it waits it holds
  * `signaled`, so the writer thread skips the eventfd write for what it finishes: the
  * loop neither sleeps in epoll nor is woken for a job it collects itself. On a
  * timeout it gives `signaled` back and looks once more, so a job finished meanwhile is
@@ -469,17 +469,11 @@ Writer_write_records(Writer *w, PyObject *args)
  * before it looks at `signaled`, so a poll that sees a job done in between (the writer
  * preempted there) lets an eventfd write through that carries no job: reap() then gives
  * nothing, and the loop only pays a wake-up. */
-static PyObject *
-Writer_poll(Writer *w, PyObject *arg)
+static int
+wait_done(Writer *w, unsigned long long want, long long timeout_ns)
 {
-    long long timeout_ns = PyLong_AsLongLong(arg);
-    if (timeout_ns == -1 && PyErr_Occurred())
-        return NULL;
-    if (atomic_load(&w->submitted) == w->reaped)
-        return PyLong_FromLong(-1);
-    unsigned long long want = w->reaped + 1;
     if (atomic_load(&w->completed) >= want)
-        return PyLong_FromLong(1);
+        return 1;
     int claimed = !atomic_exchange(&w->signaled, 1);
     int done = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -504,11 +498,25 @@ Writer_poll(Writer *w, PyObject *arg)
                 w->claimed = 1;
         }
     }
-    return PyLong_FromLong(done);
+    return done;
 }
 
+/* poll(timeout_ns): wait_done() for the oldest job not yet reaped; -1 if none is. */
 static PyObject *
-Writer_reap(Writer *w, PyObject *Py_UNUSED(ignored))
+Writer_poll(Writer *w, PyObject *arg)
+{
+    long long timeout_ns = PyLong_AsLongLong(arg);
+    if (timeout_ns == -1 && PyErr_Occurred())
+        return NULL;
+    if (atomic_load(&w->submitted) == w->reaped)
+        return PyLong_FromLong(-1);
+    return PyLong_FromLong(wait_done(w, w->reaped + 1, timeout_ns));
+}
+
+/* Before reaping: consume the eventfd's signal unless a poll claimed it (then the writer
+ * did not write it), and let the writer signal the next completion again. */
+static void
+take_signal(Writer *w)
 {
     unsigned long long buf;
     if (w->efd >= 0 && !w->claimed) {
@@ -517,6 +525,49 @@ Writer_reap(Writer *w, PyObject *Py_UNUSED(ignored))
     }
     w->claimed = 0;
     atomic_store(&w->signaled, 0);
+}
+
+/* submit_records() and poll() in one call, for a batch the loop waits for while nothing
+ * else is queued: the job's (written, write errno, 0) if it was done within
+ * `timeout_ns` (reaped here), else None (it stays in flight: reap() gives it, signalled
+ * through the eventfd as any job). A timeout of 0 or less does not wait at all. */
+static PyObject *
+Writer_write_polled(Writer *w, PyObject *args)
+{
+    int fd;
+    PyObject *seq;
+    long long offset, timeout_ns;
+    if (!PyArg_ParseTuple(args, "iOLL", &fd, &seq, &offset, &timeout_ns))
+        return NULL;
+    if (w->started && atomic_load(&w->submitted) != w->reaped) {
+        PyErr_SetString(PyExc_RuntimeError, "writer has jobs queued");
+        return NULL;
+    }
+    job_t *j = next_slot(w);
+    if (j == NULL)
+        return NULL;
+    if (frame_job(j, seq) < 0)
+        return NULL;
+    j->fd = fd;
+    j->offset = offset;
+    j->sync = 0;
+    publish(w);
+    if (timeout_ns <= 0 || !wait_done(w, w->reaped + 1, timeout_ns))
+        Py_RETURN_NONE;
+    /* Only this job was queued, and it is done: reap it (released and counted even if
+     * its result cannot be built, so the ring stays in step with the caller's futures). */
+    take_signal(w);
+    j = &w->ring[w->reaped % RING];
+    PyObject *res = Py_BuildValue("(Lii)", j->written, j->write_errno, j->sync_errno);
+    job_release(j);
+    w->reaped++;
+    return res;
+}
+
+static PyObject *
+Writer_reap(Writer *w, PyObject *Py_UNUSED(ignored))
+{
+    take_signal(w);
     unsigned long long c = atomic_load(&w->completed);
     PyObject *out = PyList_New(0);
     if (out == NULL)
@@ -610,6 +661,10 @@ static PyMethodDef Writer_methods[] = {
      "now on the calling thread (GIL released), while no job is queued."},
     {"reap", (PyCFunction)Writer_reap, METH_NOARGS,
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
+    {"write_polled", (PyCFunction)Writer_write_polled, METH_VARARGS,
+     "write_polled(fd, payloads, offset, timeout_ns) -> (written, write_errno, 0) or None:\n"
+     "submit_records() and poll() in one call, while no job is queued; None if the job\n"
+     "is still in flight after timeout_ns (reap() gives it later)."},
     {"poll", (PyCFunction)Writer_poll, METH_O,
      "poll(timeout_ns) -> 1 if the oldest job in flight is done (waiting up to timeout_ns,\n"
      "GIL released, for it), 0 if not, -1 if none is in flight."},

@@ -29,6 +29,11 @@ class Writer:
                       /) -> tuple[int, int, int]:
         """Write ``payloads`` as records now, on the calling thread (GIL released), while
         no job is queued; returns (written, write errno, 0)."""
+    def write_polled(self, fd: int, payloads: Sequence[bytes], offset: int, timeout_ns: int,
+                     /) -> tuple[int, int, int] | None:
+        """``submit_records`` and ``poll`` in one call, while no job is queued: the job's
+        (written, write errno, 0) if done within ``timeout_ns`` (reaped here), else None
+        (still in flight; ``reap()`` gives it). A timeout of 0 does not wait."""
     def reap(self) -> list[tuple[int, int, int]]:
         """(written, write errno, fdatasync errno) of every finished job, in order."""
     def poll(self, timeout_ns: int, /) -> int:

@@ -163,7 +163,7 @@ def _write(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]]
             outcome = lane.write_now(fd, payloads, pos)
             _pace(e, time.perf_counter() - t0)
         else:
-            hop = lane.write_polled(fd, payloads, pos)
+            polled = lane.write_polled(fd, payloads, pos)
     except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
         e._batch_waiters = waiters  # failed by the ioLoop's close
         e._kick_error = exc
@@ -171,15 +171,15 @@ def _write(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]]
         return
     e._lane_end = pos + size
     if not e.opts.inline_writes:
-        if not hop.done():
+        if not isinstance(polled, tuple):
             # The writer is still at it: a lane write in flight, which the ioLoop hands to
             # finished() once the eventfd says it is done (even before a sync round
             # beside it: the producers never wait for that round).
-            e._flights.append(_lane_flight(e, payloads, waiters, hop, file_num, pos, size,
+            e._flights.append(_lane_flight(e, payloads, waiters, polled, file_num, pos, size,
                                            from_loop=True))
             wake(e.put_req if e._beside_wake is None else e._beside_wake)
             return
-        outcome = hop.result()
+        outcome = polled
     applied(e, payloads, waiters, file_num, pos, size, outcome, sync_due)
 
 

@@ -106,17 +106,38 @@ class WriteLane:
         The records are framed in C and written with ``pwritev`` straight from the
         payload objects: no copy on the loop.
         """
-        fut: Hop[LaneResult] = Hop(loop=self._loop)
         self._w.submit_records(fd, payloads, offset, sync)
+        return self._in_flight()
+
+    def _in_flight(self) -> Hop[LaneResult]:
+        """The future of the job just submitted (resolved by :meth:`_on_ready`)."""
+        fut: Hop[LaneResult] = Hop(loop=self._loop)
         self._futs.append(fut)
         return fut
 
-    def write_polled(self, fd: int, payloads: list[bytes], offset: int) -> Hop[LaneResult]:
-        """Submit ``payloads`` as records at ``offset`` of ``fd``, then :meth:`poll` for
-        them: the returned future is done if the writer finished them meanwhile."""
-        fut = self.submit(fd, payloads, offset, False)
-        self.poll()
-        return fut
+    def write_polled(self, fd: int, payloads: list[bytes], offset: int
+                     ) -> LaneResult | Hop[LaneResult]:
+        """Write ``payloads`` as records at ``offset`` of ``fd`` on the writer thread and
+        wait for it as :meth:`poll` does: its result if the writer finished it meanwhile,
+        else the future of the job in flight.
+
+        With nothing else queued (a batch written from the loop), the submit, the wait and
+        the reap are one C call, and a job done in time needs no future at all.
+        """
+        wait = self._poll_ns
+        if self._poll_rest:
+            self._poll_rest -= 1
+            wait = 0
+        if self._futs:  # queued behind other jobs: not polled for
+            self._w.submit_records(fd, payloads, offset, False)
+            return self._in_flight()
+        done = self._w.write_polled(fd, payloads, offset, wait)
+        if done is not None:
+            self._poll_misses = 0
+            return done
+        if wait:
+            self._missed()
+        return self._in_flight()
 
     def poll(self) -> None:
         """Wait briefly on the calling thread (the loop) for the oldest job in flight, and
@@ -141,19 +162,21 @@ class WriteLane:
             self._poll_misses = 0
             self._on_ready()
         elif hit == 0:
-            self._poll_misses += 1
-            if self._poll_misses >= POLL_MISSES:
-                self._poll_misses, self._poll_rest = 0, POLL_REST
+            self._missed()
+
+    def _missed(self) -> None:
+        """Count a poll that gave up; see :meth:`poll`."""
+        self._poll_misses += 1
+        if self._poll_misses >= POLL_MISSES:
+            self._poll_misses, self._poll_rest = 0, POLL_REST
 
     def submit_read(self, fd: int, buf: bytearray, offset: int, nbytes: int
                     ) -> Hop[LaneResult]:
         """Read ``nbytes`` at ``offset`` of ``fd`` into ``buf`` after the jobs submitted
         before; the future gives (bytes read, errno, 0). Do not look at ``buf`` before
         the future is done."""
-        fut: Hop[LaneResult] = Hop(loop=self._loop)
         self._w.submit_read(fd, buf, offset, nbytes)
-        self._futs.append(fut)
-        return fut
+        return self._in_flight()
 
     def write_now(self, fd: int, payloads: list[bytes], offset: int) -> LaneResult:
         """Write ``payloads`` as records at ``offset`` of ``fd`` now, on the calling
