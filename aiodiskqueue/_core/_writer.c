@@ -368,6 +368,24 @@ frame_job(job_t *j, PyObject *seq)
     return 0;
 }
 
+/* Queue `seq` as records at `offset` of `fd` for the writer thread: the bytes to write,
+ * or -1 with an exception set (nothing queued then). */
+static long long
+submit_job(Writer *w, int fd, PyObject *seq, long long offset, int sync)
+{
+    job_t *j = next_slot(w);
+    if (j == NULL)
+        return -1;
+    if (frame_job(j, seq) < 0)
+        return -1;
+    j->fd = fd;
+    j->offset = offset;
+    j->sync = sync;
+    long long total = j->total;
+    publish(w);
+    return total;
+}
+
 static PyObject *
 Writer_submit_records(Writer *w, PyObject *args)
 {
@@ -376,16 +394,9 @@ Writer_submit_records(Writer *w, PyObject *args)
     long long offset;
     if (!PyArg_ParseTuple(args, "iOLp", &fd, &seq, &offset, &sync))
         return NULL;
-    job_t *j = next_slot(w);
-    if (j == NULL)
+    long long total = submit_job(w, fd, seq, offset, sync);
+    if (total < 0)
         return NULL;
-    if (frame_job(j, seq) < 0)
-        return NULL;
-    j->fd = fd;
-    j->offset = offset;
-    j->sync = sync;
-    long long total = j->total;
-    publish(w);
     return PyLong_FromLongLong(total);
 }
 
@@ -543,21 +554,14 @@ Writer_write_polled(Writer *w, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "writer has jobs queued");
         return NULL;
     }
-    job_t *j = next_slot(w);
-    if (j == NULL)
+    if (submit_job(w, fd, seq, offset, 0) < 0)
         return NULL;
-    if (frame_job(j, seq) < 0)
-        return NULL;
-    j->fd = fd;
-    j->offset = offset;
-    j->sync = 0;
-    publish(w);
     if (timeout_ns <= 0 || !wait_done(w, w->reaped + 1, timeout_ns))
         Py_RETURN_NONE;
     /* Only this job was queued, and it is done: reap it (released and counted even if
      * its result cannot be built, so the ring stays in step with the caller's futures). */
     take_signal(w);
-    j = &w->ring[w->reaped % RING];
+    job_t *j = &w->ring[w->reaped % RING];
     PyObject *res = Py_BuildValue("(Lii)", j->written, j->write_errno, j->sync_errno);
     job_release(j);
     w->reaped++;
