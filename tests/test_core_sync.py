@@ -76,22 +76,17 @@ class _IOLog:
             return fut
 
         mp.setattr(_lane.WriteLane, "submit", lane_submit)
-        write_now = _lane.WriteLane.write_now
+        # The writes from the loop: on its own thread, or polled for on the writer's.
+        for name in ("write_now", "write_polled"):
+            mp.setattr(_lane.WriteLane, name, self._recording(getattr(_lane.WriteLane, name)))
 
-        def lane_write_now(lane: _lane.WriteLane, fd: int, payloads: list[bytes],
-                           offset: int) -> Any:
+    def _recording(self, write: Any) -> Any:
+        """``write`` (a WriteLane method without a sync) that records its batch first."""
+        def recorded(lane: _lane.WriteLane, fd: int, payloads: list[bytes], offset: int) -> Any:
             self.events.append(("write", b"".join(payloads)))
-            return write_now(lane, fd, payloads, offset)
+            return write(lane, fd, payloads, offset)
 
-        mp.setattr(_lane.WriteLane, "write_now", lane_write_now)
-        write_polled = _lane.WriteLane.write_polled
-
-        def lane_write_polled(lane: _lane.WriteLane, fd: int, payloads: list[bytes],
-                              offset: int) -> Any:
-            self.events.append(("write", b"".join(payloads)))
-            return write_polled(lane, fd, payloads, offset)
-
-        mp.setattr(_lane.WriteLane, "write_polled", lane_write_polled)
+        return recorded
 
     def synced(self, payload: bytes) -> bool:
         """Whether a write holding ``payload`` was followed by an fsync."""
