@@ -33,7 +33,7 @@ class Writer:
                      /) -> tuple[int, int, int] | None:
         """``submit_records`` and ``poll`` in one call, while no job is queued: the job's
         (written, write errno, 0) if done within ``timeout_ns`` (reaped here), else None
-        (still in flight; ``reap()`` gives it). A timeout of 0 does not wait."""
+        (still in flight; ``reap()`` gives it). A timeout of 0 or less does not wait."""
     def reap(self) -> list[tuple[int, int, int]]:
         """(written, write errno, fdatasync errno) of every finished job, in order."""
     def poll(self, timeout_ns: int, /) -> int:

@@ -97,6 +97,7 @@ class WriteLane:
         self._poll_ns = POLL_WAIT_NS if spin_us > 0 else 0
         self._poll_misses = 0
         self._poll_rest = 0
+        self._spare: Hop[LaneResult] | None = None  # see write_polled
         loop.add_reader(self._fd, self._on_ready)
 
     def submit(self, fd: int, payloads: list[bytes], offset: int, sync: bool) -> Hop[LaneResult]:
@@ -106,12 +107,8 @@ class WriteLane:
         The records are framed in C and written with ``pwritev`` straight from the
         payload objects: no copy on the loop.
         """
+        fut: Hop[LaneResult] = Hop(loop=self._loop)  # first: no job without its future
         self._w.submit_records(fd, payloads, offset, sync)
-        return self._in_flight()
-
-    def _in_flight(self) -> Hop[LaneResult]:
-        """The future of the job just submitted (resolved by :meth:`_on_ready`)."""
-        fut: Hop[LaneResult] = Hop(loop=self._loop)
         self._futs.append(fut)
         return fut
 
@@ -122,22 +119,28 @@ class WriteLane:
         else the future of the job in flight.
 
         With nothing else queued (a batch written from the loop), the submit, the wait and
-        the reap are one C call, and a job done in time needs no future at all.
+        the reap are one C call, and a job done in time needs no future: the one made
+        beforehand (so that a job never lacks one) is kept for the next miss.
         """
-        wait = self._poll_ns
-        if self._poll_rest:
-            self._poll_rest -= 1
-            wait = 0
+        fut = self._spare
+        if fut is None:
+            fut = self._spare = Hop(loop=self._loop)
         if self._futs:  # queued behind other jobs: not polled for
             self._w.submit_records(fd, payloads, offset, False)
-            return self._in_flight()
-        done = self._w.write_polled(fd, payloads, offset, wait)
-        if done is not None:
-            self._poll_misses = 0
-            return done
-        if wait:
-            self._missed()
-        return self._in_flight()
+        else:
+            wait = self._poll_ns
+            if self._poll_rest:
+                self._poll_rest -= 1
+                wait = 0
+            done = self._w.write_polled(fd, payloads, offset, wait)
+            if done is not None:
+                self._poll_misses = 0
+                return done
+            if wait:
+                self._missed()
+        self._spare = None
+        self._futs.append(fut)
+        return fut
 
     def poll(self) -> None:
         """Wait briefly on the calling thread (the loop) for the oldest job in flight, and
@@ -175,8 +178,10 @@ class WriteLane:
         """Read ``nbytes`` at ``offset`` of ``fd`` into ``buf`` after the jobs submitted
         before; the future gives (bytes read, errno, 0). Do not look at ``buf`` before
         the future is done."""
+        fut: Hop[LaneResult] = Hop(loop=self._loop)  # first: no job without its future
         self._w.submit_read(fd, buf, offset, nbytes)
-        return self._in_flight()
+        self._futs.append(fut)
+        return fut
 
     def write_now(self, fd: int, payloads: list[bytes], offset: int) -> LaneResult:
         """Write ``payloads`` as records at ``offset`` of ``fd`` now, on the calling
