@@ -131,6 +131,59 @@ def test_write_polled_answers_or_leaves_the_job_to_the_eventfd(tmp_path: Path) -
     assert records((tmp_path / "f").read_bytes()) == written
 
 
+async def test_the_lane_answers_a_polled_write_only_once_it_is_on_disk(tmp_path: Path) -> None:
+    # WriteLane.write_polled gives a result only for a write the writer has done; else
+    # the future of the job in flight, done once it is written.
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    lane = _lane.WriteLane(asyncio.get_running_loop(), 100)
+    rnd = random.Random(5)
+    offset = answered = 0
+    try:
+        for i in range(300):
+            payloads = [b"%04d" % i * rnd.randint(1, 400)] * rnd.randint(1, 6)
+            size = 4 * len(payloads) + sum(map(len, payloads))
+            got = lane.write_polled(fd, payloads, offset)
+            if isinstance(got, tuple):
+                answered += 1
+            else:
+                got = await asyncio.wait_for(got, 10)
+            assert got == (size, 0, 0)
+            assert records(os.pread(fd, size, offset)) == payloads  # on disk by now
+            offset += size
+    finally:
+        lane.close()
+        os.close(fd)
+    assert answered  # the writer spins: most writes are done within the poll
+
+
+@pytest.mark.parametrize("method", ["submit", "write_polled"])
+async def test_a_job_is_never_queued_without_its_future(tmp_path: Path, method: str,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    # If making the future fails (no memory), nothing may be queued: a job without a
+    # future would take the result of the next one.
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    lane = _lane.WriteLane(asyncio.get_running_loop(), 100)
+    real = _lane.Hop  # type: ignore[attr-defined]  # the name the lane makes its futures with
+
+    def no_memory(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError
+
+    try:
+        monkeypatch.setattr(_lane, "Hop", no_memory)
+        args = (fd, [b"lost"], 0, False) if method == "submit" else (fd, [b"lost"], 0)
+        with pytest.raises(MemoryError):
+            getattr(lane, method)(*args)
+        assert lane._w.inflight() == 0
+        monkeypatch.setattr(_lane, "Hop", real)
+        fut = lane.submit(fd, [b"kept"], 0, False)
+        assert await asyncio.wait_for(fut, 10) == (8, 0, 0)
+    finally:
+        lane.close()
+        os.close(fd)
+    assert records((tmp_path / "f").read_bytes()) == [b"kept"]
+
+
 def _polls(monkeypatch: pytest.MonkeyPatch, wait_ns: int, give_up: bool = False) -> list[int]:
     """Set the lane's poll window; the outcomes of the writer's polls go into the list.
 
