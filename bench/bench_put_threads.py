@@ -61,15 +61,25 @@ def thread_cpu() -> dict[int, tuple[str, float]]:
     out: dict[int, tuple[str, float]] = {}
     for entry in os.scandir("/proc/self/task"):
         try:
-            stat = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
             comm = Path(entry.path, "comm").read_text().strip()
+            cpu = _cpu_seconds(entry.path)
         except OSError:  # the thread ended meanwhile
             continue
         tid = int(entry.name)
         part = ("loop" if tid == os.getpid() else "writer" if comm == writer
                 else "io" if tid in io else "other")
-        out[tid] = (part, (int(stat[11]) + int(stat[12])) / TICK)
+        out[tid] = (part, cpu)
     return out
+
+
+def _cpu_seconds(task: str) -> float:
+    """A thread's CPU time: from ``schedstat`` (nanoseconds), else from ``stat``'s
+    utime + stime (clock ticks of 10 ms: too coarse for short runs)."""
+    try:
+        return int(Path(task, "schedstat").read_text().split()[0]) / 1e9
+    except FileNotFoundError:
+        stat = Path(task, "stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[11]) + int(stat[12])) / TICK
 
 
 def cpu_by_part(before: dict[int, tuple[str, float]],
@@ -169,7 +179,8 @@ def main() -> None:
         cpu = {k: statistics.median(r[1][k] for r in reps) for k in ("all", *PARTS)}
         rows.append([mode, str(producers), f"{statistics.median(r[0] for r in reps):,.0f}",
                      f"{cpu['all']:.1f}", f"{cpu['loop']:.1f}", f"{cpu['writer']:.1f}",
-                     f"{cpu['io']:.1f}", f"{cpu['other']:.1f}", f"{cpu['all'] / anchor:.1f}x"])
+                     f"{cpu['io']:.1f}", f"{cpu['other']:.1f}",
+                     f"{cpu['all'] / anchor:.1f}x" if anchor > 0 else "-"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for r in rows:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
