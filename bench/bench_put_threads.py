@@ -6,8 +6,9 @@ writer spins (``spin_us=50``, ``spin_us=0``) and ``inline_writes=True`` (the loo
 thread writes small batches itself). For each row: messages/s and the CPU µs per
 message of the whole process and of each thread: the event loop's, the native writer's
 (``adq-writer``), the queue's Python I/O thread (sync rounds, the meta) and the rest.
-The anchor, measured in the same run: one thread appending the same records with
-``os.write`` (what a write of a record costs from Python, with no queue around it).
+The anchor, measured in the same run: one thread appending the same record (framed
+once, by the queue's codec) with one ``os.write`` each (what the write of a record
+costs from Python, with no queue around it).
 
 The modes run alternately, ``--reps`` times each; the table gives medians. Linux only
 (per-thread CPU from ``/proc/self/task``).
@@ -22,7 +23,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import struct
 import sys
 import tempfile
 import threading
@@ -34,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiodiskqueue import DiskQueue
+from aiodiskqueue._format.codec import frame
 
 PAYLOAD = os.urandom(1024)
 MODES: dict[str, dict[str, Any]] = {
@@ -118,13 +119,13 @@ async def ours(n: int, producers: int, options: dict[str, Any]) -> Result:
 
 def raw(n: int) -> Result:
     """The anchor: one thread appends n records with ``os.write``."""
-    header = struct.Struct(">I")
+    record = frame([PAYLOAD])
     with tempfile.TemporaryDirectory() as d:
         fd = os.open(Path(d, "raw.dat"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             b, t0 = thread_cpu(), time.perf_counter()
             for _ in range(n):
-                os.write(fd, header.pack(len(PAYLOAD)) + PAYLOAD)
+                os.write(fd, record)
             secs, used = time.perf_counter() - t0, cpu_by_part(b, thread_cpu())
         finally:
             os.close(fd)
