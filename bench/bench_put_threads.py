@@ -31,7 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from report import print_table
 
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._format.codec import frame
@@ -182,10 +185,7 @@ def main() -> None:
                      f"{cpu['all']:.1f}", f"{cpu['loop']:.1f}", f"{cpu['writer']:.1f}",
                      f"{cpu['io']:.1f}", f"{cpu['other']:.1f}",
                      f"{cpu['all'] / anchor:.1f}x" if anchor > 0 else "-"])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    for r in rows:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+    print_table(rows, right=frozenset(range(1, len(head))))
 
 
 if __name__ == "__main__":

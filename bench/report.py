@@ -99,7 +99,8 @@ def plot_bench(rows: list[dict[str, Any]], out_png: str) -> None:
     plt.close(fig)
 
 
-def _table(rows: list[list[str]], right: frozenset[int]) -> None:
+def print_table(rows: list[list[str]], right: frozenset[int]) -> None:
+    """Print ``rows`` (the first is the header) as columns; those in ``right`` right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         elif rows:
             table = [list(_BENCH_KEYS)]
             table += [[_fmt_cell(r.get(k)) for k in _BENCH_KEYS] for r in rows]
-            _table(table, right=frozenset({2, 3, 5, 6, 7}))
+            print_table(table, right=frozenset({2, 3, 5, 6, 7}))
         if args.plot:
             plot_bench(rows, args.plot)
             sys.stderr.write(f"report: wrote {args.plot}\n")
