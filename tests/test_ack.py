@@ -6,7 +6,9 @@ Time is a ManualClock: deadlines and due times move only when a test advances it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import random
 import struct
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ from aiodiskqueue import (
     QueueClosed,
     QueueEmpty,
 )
+from aiodiskqueue._format import nsq
 from aiodiskqueue.ack.clock import ManualClock
+from aiodiskqueue.ack.journal import EntryState
 
 
 async def get(q: AckQueue) -> Message:
@@ -768,6 +772,107 @@ async def test_get_many_and_put_many(make_ack: MakeAck, clock: ManualClock) -> N
     while len(rest) < 4:
         rest += await q.get_many(10)
     assert sorted(m.body for m in rest) == [b"3", b"4", b"d0", b"d1"]
+
+
+async def _all_read_ahead(*queues: AckQueue) -> None:
+    """Wait until every message of each data queue is in its read-ahead, every body due
+    again is back from the ack log and no commit holds the data queue."""
+    for _ in range(2000):
+        if all(q._data.qsize() == len(q._data._e.ready) and not q._need_load
+               and not q._pump.paused
+               and all(e.state is not EntryState.LOADING for e in q._journal.entries.values())
+               for q in queues):
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the data queues never read everything ahead")
+
+
+@pytest.mark.parametrize("fmt", ["raw", "nsq"])
+@pytest.mark.parametrize("seed", range(4))
+async def test_get_many_nowait_delivers_as_get_nowait_calls(make_ack: MakeAck,
+                                                            clock: ManualClock,
+                                                            fmt: str, seed: int) -> None:
+    # Two queues take the same steps; one delivers with get_nowait() calls, the other
+    # with get_many_nowait(). Requeues (to the back, and delayed), timeouts, attempts
+    # running out and max_in_flight mix ready, due-again and fresh messages.
+    rng = random.Random(seed)
+    opts: dict[str, Any] = {"format": fmt, "max_in_flight": 8, "max_attempts": 3,
+                            "msg_timeout": 10.0}
+    one, many = await make_ack(name="one", **opts), await make_ack(name="many", **opts)
+    held: tuple[list[Message], list[Message]] = ([], [])
+    n = 0
+    for _step in range(300):
+        op = rng.random()
+        if op < 0.25:
+            bodies = [b"%d" % (n + i) for i in range(rng.randrange(1, 12))]
+            n += len(bodies)
+            for q in (one, many):
+                await q.put_many(bodies)
+        elif op < 0.3 and fmt == "nsq":
+            # As nsqd hands messages back: attempts already made (5: out of attempts).
+            tried = nsq.encode(1, rng.choice([2, 5]), b"%016d" % n, b"%d" % n)
+            n += 1
+            for q in (one, many):
+                await q._data.put(tried)
+        elif op < 0.55:
+            await _all_read_ahead(one, many)
+            k = rng.randrange(1, 10)
+            got_one: list[Message] = []
+            with contextlib.suppress(QueueEmpty):
+                while len(got_one) < k:
+                    got_one.append(one.get_nowait())
+            try:
+                got_many = many.get_many_nowait(k)
+            except QueueEmpty:
+                got_many = []
+            assert [(m.body, m.attempts) for m in got_many] == \
+                [(m.body, m.attempts) for m in got_one], _step
+            held[0].extend(got_one)
+            held[1].extend(got_many)
+        elif op < 0.8 and held[0]:
+            i = rng.randrange(len(held[0]))
+            delay = rng.choice([0.0, 0.0, 3.0])
+            fin = rng.random() < 0.6
+            for ms in held:
+                m = ms.pop(i)
+                if m.in_flight:
+                    await (m.finish() if fin else m.requeue(delay))
+        else:
+            clock.advance(rng.choice([1.0, 4.0, 11.0]))  # due times, then timeouts
+            # A body due again may be read back from the ack log; it is queued when it
+            # is back: wait, so that both queue it before what the next step makes due.
+            await _all_read_ahead(one, many)
+    for q in (one, many):
+        assert q.statistics().delivered > 20
+    if fmt == "nsq":  # dead letters are moved by the pump: wait for both
+        for _ in range(2000):
+            if one.statistics().dead_lettered == many.statistics().dead_lettered:
+                break
+            await asyncio.sleep(0.001)
+        assert one.statistics().dead_lettered == many.statistics().dead_lettered > 0
+
+
+async def test_get_many_nowait_errors(make_ack: MakeAck) -> None:
+    q = await make_ack(max_in_flight=2)
+    with pytest.raises(QueueEmpty):
+        q.get_many_nowait(5)
+    await q.put_many([b"a", b"b", b"c"])
+    await _all_read_ahead(q)
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="max_items must be an int >= 1"):
+            q.get_many_nowait(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="msg_timeout"):
+        q.get_many_nowait(2, msg_timeout=0)
+    assert q.statistics().in_flight == 0  # a refused call takes nothing
+    got = q.get_many_nowait(5)
+    assert [m.body for m in got] == [b"a", b"b"]  # max_in_flight
+    with pytest.raises(QueueEmpty):
+        q.get_many_nowait(1)
+    await got[0].finish()
+    assert [m.body for m in q.get_many_nowait(5, msg_timeout=3.0)] == [b"c"]
+    await q.aclose()
+    with pytest.raises(QueueClosed):
+        q.get_many_nowait(1)
 
 
 async def test_put_many_nsq_format(make_ack: MakeAck) -> None:

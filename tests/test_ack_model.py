@@ -82,7 +82,10 @@ async def test_random_operations_and_crash_copies(tmp_path: Path, seed: int) -> 
                 n += 1
             elif op < 0.55 and len(in_flight) < 50:
                 with contextlib.suppress(QueueEmpty):  # nothing read back from disk yet
-                    in_flight.append(q.get_nowait())
+                    if rng.random() < 0.5:
+                        in_flight.append(q.get_nowait())
+                    else:
+                        in_flight += q.get_many_nowait(rng.randrange(1, 51 - len(in_flight)))
             elif op < 0.75 and in_flight:
                 m = in_flight.pop(rng.randrange(len(in_flight)))
                 if m.in_flight:

@@ -52,6 +52,17 @@ class InFlight:
         if self._timer_when is None or m._deadline < self._timer_when:
             self.arm()
 
+    def add_batch(self, ms: list[Message], deadline: float) -> None:
+        """New deliveries that share one ``deadline``: :meth:`add` for each, one timer check."""
+        if not ms:
+            return
+        messages, push = self.messages, self._deadlines.push
+        for m in ms:
+            messages[m._entry.key] = m
+            push(deadline, m, 0)
+        if self._timer_when is None or deadline < self._timer_when:
+            self.arm()
+
     def remove(self, m: Message) -> None:
         """A delivery that ended (finished, requeued, dead-lettered)."""
         del self.messages[m._entry.key]

@@ -35,6 +35,11 @@ _NO_SYNC_EVERY = 2**62  # the data queue stores its position only in our commits
 _NO_SYNC_INTERVAL = 1e9
 
 
+def _check_max_items(max_items: object) -> None:
+    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+        raise ValueError(f"max_items must be an int >= 1, got {max_items!r}")
+
+
 @final
 class AckQueue(Dispatch):
     """A persistent queue with NSQ's at-least-once delivery, kept across a crash.
@@ -345,12 +350,28 @@ class AckQueue(Dispatch):
 
         Raises ValueError if ``max_items < 1``, otherwise as :meth:`get`.
         """
-        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
-            raise ValueError(f"max_items must be an int >= 1, got {max_items!r}")
+        _check_max_items(max_items)
         out = [await self.get(msg_timeout=msg_timeout)]
-        timeout = self._check_timeout(msg_timeout)
-        while len(out) < max_items and (m := self._try_take(timeout)) is not None:
-            out.append(m)
+        if max_items > 1:
+            out += self._take_ready(max_items - 1, self._check_timeout(msg_timeout))
+        return out
+
+    def get_many_nowait(self, max_items: int, *, msg_timeout: float | None = None
+                        ) -> list[Message]:
+        """Deliver up to ``max_items`` messages that are ready in memory, without waiting.
+
+        The same messages, in the same order, as that many :meth:`get_nowait`
+        calls, in one step (a consumer that serves batches, as the broker's
+        message pump does).
+
+        Raises QueueEmpty if none is ready or ``max_in_flight`` is reached,
+        ValueError if ``max_items < 1`` or for a bad ``msg_timeout``, QueueClosed
+        if the queue is not open.
+        """
+        _check_max_items(max_items)
+        out = self._take_ready(max_items, self._check_timeout(msg_timeout))
+        if not out:
+            raise QueueEmpty()
         return out
 
     def _check_timeout(self, msg_timeout: float | None) -> float:

@@ -195,14 +195,12 @@ class AckStore:
 
     def get_ready(self, limit: int, msg_timeout: float | None = None) -> list[Delivery]:
         """Up to ``limit`` messages that are ready in memory, in order, now in flight."""
-        out: list[Delivery] = []
-        take = self.q.get_nowait
+        if limit < 1:
+            return []
         try:
-            while len(out) < limit:
-                out.append(_AckDelivery(take(msg_timeout=msg_timeout)))
+            return list(map(_AckDelivery, self.q.get_many_nowait(limit, msg_timeout=msg_timeout)))
         except QueueEmpty:
-            pass
-        return out
+            return []
 
     async def empty(self) -> None:
         """Drop every ready and deferred message (``AckQueue.purge``); in-flight ones stay."""
