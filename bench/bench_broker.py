@@ -27,6 +27,12 @@ default, of ``--size`` bytes):
 ``pynsq consume``    one Reader, ``max_in_flight`` 200, FIN for each, over the
                      messages the two publish phases stored.
 
+With ``--null-store`` the three pynsq rows run again (``... null``) against a
+broker whose topics and channels keep only a count in memory
+(``bench/null_store_broker.py``): no queue, no files, no I/O thread. What the
+broker costs per message there is its protocol, event loop and sockets, a floor
+that no work on the queue can lower.
+
 The CPU column is the broker process's utime + stime from
 ``/proc/PID/stat`` (all its threads) over the phase, per message; the
 library row's is this process's CPU. Wall-clock rows also show the broker's
@@ -71,6 +77,8 @@ from aiodiskqueue._core.iothread import IOThread
 
 #: The directory holding the ``aiodiskqueue`` package this process runs.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(aiodiskqueue.__file__)))
+NULL_STORE_BROKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                 "null_store_broker.py")
 
 # name, seconds, messages/s, CPU us per message, thread sleeps (voluntary context switches)
 # per message
@@ -239,8 +247,10 @@ def _split(n: int, parts: int) -> list[int]:
 class BrokerProcess:
     """``python -m aiodiskqueue.broker`` on ephemeral ports in a temporary directory."""
 
-    def __init__(self, sync_every: int, *extra: str) -> None:
+    def __init__(self, sync_every: int, *extra: str, null_store: bool = False) -> None:
         self.dir = tempfile.TemporaryDirectory()
+        # null_store: the broker with no queue behind it (bench/null_store_broker.py).
+        main = [NULL_STORE_BROKER] if null_store else ["-m", "aiodiskqueue.broker"]
         # The broker runs the package this process imported (a worktree on PYTHONPATH, to
         # compare two versions): `-m` would put the working directory first on the
         # child's path, so it starts in the data directory, with the package's root first.
@@ -248,7 +258,7 @@ class BrokerProcess:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aiodiskqueue.broker", "--data-dir", self.dir.name,
+            [sys.executable, *main, "--data-dir", self.dir.name,
              "--tcp-port", "0", "--http-port", "0", "--sync-every", str(sync_every), *extra],
             stdout=subprocess.PIPE, text=True, cwd=self.dir.name, env=env,
         )
@@ -464,7 +474,7 @@ async def pynsq_phase(broker: BrokerProcess, mode: str, topic: str, n: int, size
 
 
 async def cpu_rows(args: argparse.Namespace, broker: BrokerProcess,
-                   add: Callable[[str, int, float, float, int], None]) -> None:
+                   add: Callable[[str, int, float, float, int], None], suffix: str = "") -> None:
     """The pynsq rows: PUB, MPUB x100 into one channel, then consume all of them."""
     n, size = args.cpu_messages, args.size
     topic = "cpu"
@@ -473,11 +483,11 @@ async def cpu_rows(args: argparse.Namespace, broker: BrokerProcess,
             async with s.post(f"http://127.0.0.1:{broker.http}{path}") as r:
                 assert r.status == 200, await r.text()
     secs, cpu, sleeps = await pynsq_phase(broker, "pub", topic, n, size, args.window)
-    add(f"pynsq PUB (window {args.window})", n, secs, cpu, sleeps)
+    add(f"pynsq PUB (window {args.window}){suffix}", n, secs, cpu, sleeps)
     secs, cpu, sleeps = await pynsq_phase(broker, "mpub", topic, n, size, 100)
-    add("pynsq MPUB x100", n, secs, cpu, sleeps)
+    add(f"pynsq MPUB x100{suffix}", n, secs, cpu, sleeps)
     secs, cpu, sleeps = await pynsq_phase(broker, "sub", topic, 2 * n, size, 200)
-    add("pynsq consume (mif 200)", 2 * n, secs, cpu, sleeps)
+    add(f"pynsq consume (mif 200){suffix}", 2 * n, secs, cpu, sleeps)
 
 
 # ---------------------------------------------------------------------- driver
@@ -536,7 +546,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
 
     def add(name: str, count: int, secs: float, cpu: float, sleeps: int) -> None:
         rows.append((name, secs, count / secs, cpu / count * 1e6, sleeps / count))
-        print(f"{name:26} {count:8d} msgs {secs:8.2f} s {count / secs:10.0f} msg/s "
+        print(f"{name:30} {count:8d} msgs {secs:8.2f} s {count / secs:10.0f} msg/s "
               f"{cpu / count * 1e6:7.1f} us CPU/msg {sleeps / count:6.3f} sleeps/msg",
               file=sys.stderr)
 
@@ -559,6 +569,13 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
         await cpu_rows(args, broker, add)
     finally:
         broker.close()
+    if args.null_store:
+        broker = BrokerProcess(args.sync_every, *(["--uvloop"] if args.uvloop else []),
+                               null_store=True)
+        try:
+            await cpu_rows(args, broker, add, " null")
+        finally:
+            broker.close()
     args.calibration.append(await calibration())
     args.hop.append(await hop_calibration())
     return rows
@@ -574,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=100,
                    help="unanswered PUBs of the pynsq PUB phase (default 100)")
     p.add_argument("--only-cpu", action="store_true", help="only the library and pynsq CPU rows")
+    p.add_argument("--null-store", action="store_true",
+                   help="the pynsq rows again against a broker with no queue behind it "
+                        "(bench/null_store_broker.py): the protocol's and sockets' floor")
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--publishers", type=int, default=4)
     p.add_argument("--consumers", type=int, default=4)
@@ -600,10 +620,10 @@ def main(argv: list[str] | None = None) -> int:
                              "cpu_us_per_thread_hop": args.hop}]))
     else:
         print(f"\n{n_desc(args)}")
-        print(f"{'row':26} {'msg/s':>10} {'vs library':>11} {'CPU us/msg':>11} {'CPU vs lib':>11}"
+        print(f"{'row':30} {'msg/s':>10} {'vs library':>11} {'CPU us/msg':>11} {'CPU vs lib':>11}"
               f" {'sleeps/msg':>11}")
         for r, _s, m, c, z in rows:
-            print(f"{r:26} {m:10.0f} {m / anchor:10.2f}x {c:11.1f} {c / anchor_cpu:10.2f}x"
+            print(f"{r:30} {m:10.0f} {m / anchor:10.2f}x {c:11.1f} {c / anchor_cpu:10.2f}x"
                   f" {z:11.3f}")
         print("CPU us/msg: the broker process's (the library row: this process's). "
               "sleeps/msg: how often one of its threads blocked and was woken (voluntary "

@@ -188,3 +188,26 @@ def test_put_threads_prints_a_row_per_mode_and_producer_count() -> None:
         (m, p) for p in ("1", "4") for m in ("default", "spin50", "spin0", "inline")]
     assert rows[0][:3] == ["raw", "os.write", "1"]
     assert all(float(r[-7].replace(",", "")) > 0 for r in rows)  # msgs/s, 7th from the end
+
+
+def test_null_store_broker_serves_the_protocol_and_counts_finishes() -> None:
+    # bench_broker.py --null-store: the broker with no queue behind it still moves
+    # every message from publishers to consumers, and finishes each one once.
+    import asyncio
+
+    mod = _load("bench_broker")
+
+    async def run() -> tuple[int, int]:
+        broker = mod.BrokerProcess(2500, null_store=True)
+        try:
+            await asyncio.wait_for(mod.run_broker(
+                broker, "t", 300, 64, 2, 2, 10,
+                lambda p, t, k, b: mod.raw_publisher(p, t, k, b, 8), mod.raw_consumer), 120)
+            url = f"http://127.0.0.1:{broker.http}/stats?format=json&topic=t"
+            async with mod.ClientSession() as s, s.get(url) as r:
+                ch = (await r.json())["topics"][0]["channels"][0]
+            return ch["finish_count"], ch["depth"]
+        finally:
+            broker.close()
+
+    assert asyncio.run(run()) == (300, 0)
