@@ -423,7 +423,7 @@ async def test_sample_rate(
     broker: BrokerServer, raw_clients: list[RawClient], monkeypatch: pytest.MonkeyPatch,
     rate: int, delivered: bool
 ) -> None:
-    monkeypatch.setattr("aiodiskqueue.broker._server._rng.randrange", lambda n: 50)
+    monkeypatch.setattr("aiodiskqueue.broker._delivery._rng.randrange", lambda n: 50)
     c = await connect(broker.tcp_port, raw_clients, sample_rate=rate)
     await c.sub("sampled", "ch")
     # Published on another connection: on the subscriber's own, the message
