@@ -16,6 +16,7 @@ from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
 from ._delivery import DeliveryPump
 from ._identify import ClientConfig, negotiate
+from ._input import CommandReader
 from ._output import WRITE_HIGH_WATER, Reply
 from ._output import show as _show
 from ._protocol import (
@@ -79,7 +80,7 @@ class Connection(DeliveryPump):
     ) -> None:
         super().__init__(writer)
         self.broker = broker
-        self.reader = reader
+        self.reader = CommandReader(reader)
         self.id = next(_ids)
         opts = broker.options
         self.config = ClientConfig(
@@ -144,16 +145,18 @@ class Connection(DeliveryPump):
             self._heartbeat = loop.create_task(self._run_heartbeat())
             transport = self.writer.transport
             in_flight = self.in_flight
+            reader = self.reader
             while True:
-                self._last_active = loop.time()
-                try:
-                    line = await self.reader.readuntil(b"\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                except asyncio.LimitOverrunError:
-                    self.send(ClientError("E_INVALID", "command line too long").frame())
-                    return
-                line = line[:-1]
+                line = reader.line_nowait()  # FIN lines arrive many at a time
+                if line is None:
+                    self._last_active = loop.time()
+                    try:
+                        line = await reader.readline()
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        return
+                    except asyncio.LimitOverrunError:
+                        self.send(ClientError("E_INVALID", "command line too long").frame())
+                        return
                 if line[-1:] == b"\r":
                     line = line[:-1]
                 self._last_active = loop.time()

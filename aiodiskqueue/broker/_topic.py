@@ -195,8 +195,7 @@ class Topic:
         backlog = self.backlog
         while self.channels:
             batch = [await backlog.get()]
-            while len(batch) < _PUMP_BATCH and (d := backlog.get_nowait()) is not None:
-                batch.append(d)
+            batch += backlog.get_ready(_PUMP_BATCH - 1)
             try:
                 chans = list(self.channels.values())
                 if not chans:
