@@ -30,8 +30,10 @@ default, of ``--size`` bytes):
 With ``--null-store`` the three pynsq rows run again (``... null``) against a
 broker whose topics and channels keep only a count in memory
 (``bench/null_store_broker.py``): no queue, no files, no I/O thread. What the
-broker costs per message there is its protocol, event loop and sockets, a floor
-that no work on the queue can lower.
+broker costs per message there is its protocol, event loop and sockets. It is
+not a strict lower bound: the CPU per message also follows how many commands
+arrive per wake-up, which the store's speed changes. These rows run after the
+others, on a fresh broker.
 
 The CPU column is the broker process's utime + stime from
 ``/proc/PID/stat`` (all its threads) over the phase, per message; the

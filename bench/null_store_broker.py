@@ -92,7 +92,7 @@ class NullStore:
 
     def get_ready(self, limit: int, msg_timeout: float | None = None) -> list[Delivery]:
         """Up to ``limit`` messages."""
-        return self._take(min(limit, self.ready))
+        return self._take(max(0, min(limit, self.ready)))
 
     def _take(self, n: int) -> list[Delivery]:
         self.ready -= n

@@ -852,6 +852,28 @@ async def test_get_many_nowait_delivers_as_get_nowait_calls(make_ack: MakeAck,
         assert one.statistics().dead_lettered == many.statistics().dead_lettered > 0
 
 
+async def test_get_many_nowait_keeps_the_rest_when_a_payload_cannot_be_decoded(
+        make_ack: MakeAck, clock: ManualClock) -> None:
+    # The data queue's reads refuse a record too short for nsqd's layout, so one can
+    # only be planted in the read-ahead: the batch then ends as get_nowait() calls
+    # would, with the bad payload lost, the ones before it in flight (delivered again at
+    # their deadline) and the ones after it still ready.
+    q = await make_ack(format="nsq", msg_timeout=5.0)
+    await q._data.put_many([nsq.encode(1, 0, b"%016d" % i, b"m%d" % i) for i in range(5)])
+    await _all_read_ahead(q)
+    q._data._e.ready[2] = b"short"
+    with pytest.raises(ValueError, match="an nsqd message needs at least 26 bytes"):
+        q.get_many_nowait(10)
+    st = q.statistics()
+    assert (st.in_flight, st.depth, st.delivered) == (2, 2, 2)
+    rest = q.get_many_nowait(10)
+    assert [m.body for m in rest] == [b"m3", b"m4"]
+    for m in rest:
+        await m.finish()
+    clock.advance(5.1)  # the two delivered before the bad one come back
+    assert sorted(m.body for m in q.get_many_nowait(10)) == [b"m0", b"m1"]
+
+
 async def test_get_many_nowait_errors(make_ack: MakeAck) -> None:
     q = await make_ack(max_in_flight=2)
     with pytest.raises(QueueEmpty):

@@ -12,7 +12,7 @@ from aiodiskqueue.broker._input import CommandReader
 
 
 def _reader(*chunks: bytes, eof: bool = True, limit: int = 64) -> CommandReader:
-    stream = asyncio.StreamReader(limit=1 << 16)
+    stream = asyncio.StreamReader(limit=limit)  # as the broker's server: the same limit
     for c in chunks:
         stream.feed_data(c)
     if eof:
@@ -60,9 +60,10 @@ async def test_line_nowait_waits_for_the_newline() -> None:
     r = _reader(b"NOP\nFIN 01", eof=False)
     assert await r.readline() == b"NOP"
     assert r.line_nowait() is None  # the rest of the line has not arrived
-    r._stream.feed_data(b"23\nRDY 1\n")
+    r._stream.feed_data(b"23\nRDY 1\nNOP\n")
     assert await r.readline() == b"FIN 0123"
-    assert r.line_nowait() == b"RDY 1"
+    assert await r.readline() == b"RDY 1"  # with what came with it
+    assert r.line_nowait() == b"NOP"
     assert r.line_nowait() is None
 
 
@@ -78,6 +79,35 @@ async def test_a_line_longer_than_the_limit_is_refused_whole_or_not(data: bytes)
 async def test_a_line_at_the_limit_is_read() -> None:
     r = _reader(b"Y" * 64 + b"\n")
     assert await r.readline() == b"Y" * 64
+
+
+async def test_a_cancelled_read_takes_nothing() -> None:
+    r = _reader(b"FIN 01", eof=False)
+    for read in (r.readline(), r.readexactly(10)):
+        task = asyncio.ensure_future(read)
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    r._stream.feed_data(b"23\n")
+    assert await r.readline() == b"FIN 0123"
+
+
+async def test_a_line_arriving_a_byte_at_a_time_is_searched_once() -> None:
+    # The part already here is not searched again for each byte that arrives.
+    stream = asyncio.StreamReader(limit=1 << 16)
+    r = CommandReader(stream, 1 << 16)
+    line = b"X" * 20_000
+
+    async def trickle() -> None:
+        for i in range(len(line)):
+            stream.feed_data(line[i:i + 1])
+            await asyncio.sleep(0)
+        stream.feed_data(b"\n")
+
+    feeder = asyncio.ensure_future(trickle())
+    assert await r.readline() == line
+    await feeder
 
 
 async def test_an_early_end_raises_incomplete_read_with_what_arrived() -> None:

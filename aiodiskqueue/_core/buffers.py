@@ -351,6 +351,18 @@ class QueueBuffers:
         self.since_sync += k
         self._after_take()
 
+    def untake(self, payloads: list[bytes]) -> None:
+        """Put back the last ``payloads`` taken, in order, with nothing taken since: the
+        bookkeeping of that many takes undone (the consumer position follows)."""
+        k = len(payloads)
+        if not k:
+            return
+        self.ready.extendleft(reversed(payloads))
+        self.ready_bytes += sum(map(len, payloads))
+        self.depth += k
+        self.gets -= k
+        self.since_sync -= k
+
     def _after_take(self) -> None:
         """Wake whoever waits on room or on a read: the rare part of taking messages."""
         if self.ready_bytes <= self.refill_at:

@@ -146,29 +146,38 @@ class Dispatch:
         max_attempts = self._max_attempts
         now = self._clock.monotonic()
         first = len(out)
-        seq = self._fetch_seq
-        for payload in payloads:
-            seq += 1
-            if decode is not None:
-                ts, attempts, msg_id, body = decode(payload)
-            else:
-                ts, attempts, msg_id, body = self._clock.time_ns(), 0, self._ids.next(), payload
-            e = journal.add(seq, 0, attempts, msg_id, ts, body)
-            attempts += 1
-            if max_attempts and attempts > max_attempts:
-                self._to_dead_letters(e)
-                continue
-            # As _deliver. The entry's E record is still pending: it is encoded with
-            # this state, so no U record.
-            e.attempts = attempts
-            e.state = ENTRY_IN_FLIGHT
-            e.ver += 1
-            e.msg = m = Message(self, e, now, timeout)
-            out.append(m)
-        self._fetch_seq = seq
-        self._delivered += len(out) - first
-        self._inflight.add_batch(out[first:], now + timeout)
-        self._pump.records_added(len(payloads))  # a take each, and their records
+        seq = start = self._fetch_seq
+        try:
+            for payload in payloads:
+                seq += 1
+                if decode is not None:
+                    ts, attempts, msg_id, body = decode(payload)
+                else:
+                    ts, attempts, msg_id, body = (self._clock.time_ns(), 0, self._ids.next(),
+                                                  payload)
+                e = journal.add(seq, 0, attempts, msg_id, ts, body)
+                attempts += 1
+                if max_attempts and attempts > max_attempts:
+                    self._to_dead_letters(e)
+                    continue
+                # As _deliver. The entry's E record is still pending: it is encoded with
+                # this state, so no U record.
+                e.attempts = attempts
+                e.state = ENTRY_IN_FLIGHT
+                e.ver += 1
+                e.msg = m = Message(self, e, now, timeout)
+                out.append(m)
+        except BaseException:
+            # A payload the codec refuses (the data queue's reads refuse one too short for
+            # the nsq layout first, so this guards the rest): lost, as with get_nowait(),
+            # while those after it go back to the read-ahead.
+            self._data._e.untake(payloads[seq - start:])
+            raise
+        finally:  # what was delivered is in flight whatever happened after it
+            self._fetch_seq = seq
+            self._delivered += len(out) - first
+            self._inflight.add_batch(out[first:], now + timeout)
+            self._pump.records_added(seq - start)  # a take each, and their records
 
     def _behind_first(self) -> bool:
         """Whether the head of ``_behind`` is due before the next message of the data queue.

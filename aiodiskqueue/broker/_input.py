@@ -38,23 +38,39 @@ class CommandReader:
 
         Raises IncompleteReadError if the stream ends first, LimitOverrunError if
         the line is longer than the limit (as ``StreamReader.readuntil``), what
-        the stream raises on a broken connection.
+        the stream raises on a broken connection. Cancelling it takes nothing.
         """
-        while True:
+        line = self.line_nowait()
+        if line is not None:
+            return line
+        if self._pos == len(self._buf):  # nothing left over: take all that arrives next
+            data = await self._stream.read(self._limit)
+            if not data:
+                raise asyncio.IncompleteReadError(b"", None)
+            self._buf, self._pos = data, 0
             line = self.line_nowait()
             if line is not None:
                 return line
-            end = self._buf.find(b"\n", self._pos)
-            if (len(self._buf) if end < 0 else end) - self._pos > self._limit:
-                raise asyncio.LimitOverrunError("command line longer than the limit",
-                                                len(self._buf) - self._pos)
-            await self._fill()
+        # Part of a line is here: the stream finds the rest (its search does not start
+        # over with each piece that arrives).
+        head = self._buf[self._pos:]
+        if len(head) > self._limit:
+            raise asyncio.LimitOverrunError("command line longer than the limit", len(head))
+        try:
+            rest = await self._stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            raise asyncio.IncompleteReadError(head + exc.partial, None) from None
+        self._buf, self._pos = b"", 0
+        line = head + rest[:-1]
+        if len(line) > self._limit:
+            raise asyncio.LimitOverrunError("command line longer than the limit", len(line))
+        return line
 
     async def readexactly(self, n: int) -> bytes:
         """The next ``n`` bytes, waiting for them.
 
         Raises IncompleteReadError if the stream ends first, what the stream
-        raises on a broken connection.
+        raises on a broken connection. Cancelling it takes nothing.
         """
         buf, pos = self._buf, self._pos
         have = len(buf) - pos
@@ -62,18 +78,12 @@ class CommandReader:
             self._pos = pos + n
             return buf[pos:pos + n]
         head = buf[pos:]
-        self._buf, self._pos = b"", 0
         try:
-            return head + await self._stream.readexactly(n - have)
+            rest = await self._stream.readexactly(n - have)
         except asyncio.IncompleteReadError as exc:
             raise asyncio.IncompleteReadError(head + exc.partial, n) from None
-
-    async def _fill(self) -> None:
-        data = await self._stream.read(self._limit)
-        if not data:
-            raise asyncio.IncompleteReadError(self._buf[self._pos:], None)
-        self._buf = self._buf[self._pos:] + data if self._pos < len(self._buf) else data
-        self._pos = 0
+        self._buf, self._pos = b"", 0
+        return head + rest
 
 
 __all__ = ["LINE_LIMIT", "CommandReader"]
