@@ -10,7 +10,6 @@ Its state is set up by the connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,7 @@ from ._identify import ClientConfig
 from ._output import WRITE_HIGH_WATER, ReplyWriter
 from ._output import wake_future as _wake
 from ._protocol import message_frame, message_frame_head
+from ._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from ._broker import Broker
@@ -49,10 +49,7 @@ class DeliveryPump(ReplyWriter):
 
     async def _stop_pump(self) -> None:
         t, self._pump = self._pump, None
-        if t is not None:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(t)
 
     async def _run_pump(self) -> None:
         ch = self.channel

@@ -14,7 +14,6 @@ made again at the next ping tick, and everything registered again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import socket
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ._options import split_host_port
 from ._protocol import VERSION
+from ._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from ._broker import Broker
@@ -84,10 +84,7 @@ class LookupdPeer:
     async def aclose(self) -> None:
         """Stop and close the connection (nsqlookupd drops the registrations with it)."""
         t, self._task = self._task, None
-        if t is not None:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(t)
         self._close()
 
     def _close(self) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from ..errors import DiskQueueError
 from ._backend import Delivery, Store
+from ._tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -180,10 +181,7 @@ class Topic:
     async def stop_pump(self) -> None:
         """Cancel the backlog pump and wait for it (a cancelled get loses nothing)."""
         t, self._pump = self._pump, None
-        if t is not None:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(t)
 
     async def _run_pump(self) -> None:
         try:
