@@ -1,8 +1,9 @@
 """Child process for the AckQueue kill tests; killed with SIGKILL at random points.
 
 ``consume DIR SYNC_EVERY SEED [LOG_SEGMENT_BYTES DATA_FILE_BYTES]``: four
-consumer tasks; each prints ``B idx id attempts`` just before ``finish()`` and ``F idx``
-once it returned, or ``R idx id attempts`` before a requeue.
+consumer tasks (two take with ``async for``, two with ``get_many(3)``); each prints
+``B idx id attempts`` just before ``finish()`` and ``F idx`` once it returned, or
+``R idx id attempts`` before a requeue.
 ``defer DIR N``: puts deferred messages, printing ``P idx t delay`` (t: wall
 clock ns before the call) once ``put()`` returned.
 Both print ``READY`` once the queue is open. One line per write, flushed.
@@ -18,7 +19,7 @@ import random
 import sys
 import time
 
-from aiodiskqueue import AckQueue
+from aiodiskqueue import AckQueue, Message, QueueClosed
 from aiodiskqueue.ack import pump
 
 
@@ -35,19 +36,31 @@ async def consume(directory: str, sync_every: int, seed: int, log_bytes: int,
                         max_bytes_per_file=data_bytes) as q:
         out("READY")
 
+        async def handle(msg: Message) -> None:
+            idx = msg.body.decode()
+            if rng.random() < 0.1:
+                out(f"R {idx} {msg.id} {msg.attempts}")
+                # Now or a little later: requeued entries reach the log with their bodies.
+                await msg.requeue(rng.choice([0.0, 0.05]))
+                return
+            out(f"B {idx} {msg.id} {msg.attempts}")
+            await msg.finish()
+            out(f"F {idx}")
+
         async def worker() -> None:
             async for msg in q:
-                idx = msg.body.decode()
-                if rng.random() < 0.1:
-                    out(f"R {idx} {msg.id} {msg.attempts}")
-                    # Now or a little later: requeued entries reach the log with their bodies.
-                    await msg.requeue(rng.choice([0.0, 0.05]))
-                    continue
-                out(f"B {idx} {msg.id} {msg.attempts}")
-                await msg.finish()
-                out(f"F {idx}")
+                await handle(msg)
 
-        await asyncio.gather(*(worker() for _ in range(4)))
+        async def batch_worker() -> None:  # deliveries of a batch: get_many's path
+            while True:
+                try:
+                    batch = await q.get_many(3)
+                except QueueClosed:
+                    return
+                for msg in batch:
+                    await handle(msg)
+
+        await asyncio.gather(worker(), worker(), batch_worker(), batch_worker())
 
 
 async def defer(directory: str, n: int) -> None:

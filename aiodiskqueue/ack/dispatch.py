@@ -192,7 +192,12 @@ class Dispatch:
         return after <= self._fetch_seq
 
     def _take(self, payload: bytes) -> Entry:
-        """A message just taken out of the data queue becomes a log entry."""
+        """A message just taken out of the data queue becomes a log entry.
+
+        :meth:`_deliver_taken` does this and :meth:`_deliver` inline for a batch (a
+        call per message there cost a third of the gain): a change here goes there too;
+        ``test_get_many_nowait_delivers_as_get_nowait_calls`` compares the two.
+        """
         self._fetch_seq += 1
         if self._nsq:
             ts, attempts, msg_id, body = nsq.decode(payload)
@@ -203,6 +208,7 @@ class Dispatch:
         return e
 
     def _deliver(self, e: Entry, timeout: float) -> Message | None:
+        # Inlined for fresh entries by _deliver_taken: a change here goes there too.
         n = e.attempts + 1
         if self._max_attempts and n > self._max_attempts:
             self._to_dead_letters(e)
