@@ -234,11 +234,11 @@ class _MetaStoreFails:
         self.calls = 0
         real = store.store_meta  # type: ignore[attr-defined]  # the name the store calls
 
-        def fake(path: str, meta: Any) -> None:
+        def fake(path: str, meta: Any, swap: Any = None) -> None:
             if self.on:
                 self.calls += 1
                 raise OSError(errno.ENOSPC, "No space left on device", path)
-            real(path, meta)
+            real(path, meta, swap)
 
         monkeypatch.setattr(store, "store_meta", fake)
 

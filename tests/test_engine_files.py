@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import logging
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,3 +100,139 @@ async def test_a_failed_put_nowait_batch_is_raised_by_the_next_sync(
     failing["on"] = False
     await q.sync()  # reported once
     assert await q.get() == b"kept"
+
+
+@pytest.fixture
+def held_removals(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, list[str]]]:
+    """Removals of consumed segments block until the event is set; their paths, in order,
+    and the thread each ran on."""
+    import aiodiskqueue._core.remover as remover_mod
+
+    release = threading.Event()
+    started: list[str] = []
+    real = remover_mod._remove
+
+    def held(path: str) -> None:
+        started.append(f"{threading.current_thread().name}:{os.path.basename(path)}")
+        assert release.wait(30), "removal never released"
+        real(path)
+
+    monkeypatch.setattr(remover_mod, "_remove", held)
+    yield release, started
+    release.set()
+
+
+async def test_sync_rounds_do_not_wait_for_the_removal_of_consumed_segments(
+    tmp_path: Path, make_queue: MakeQueue, held_removals: tuple[threading.Event, list[str]]
+) -> None:
+    # Freeing a large segment takes the kernel tens of milliseconds; the periodic sync
+    # rounds, and the consumer bounded by them, go on meanwhile.
+    release, started = held_removals
+    q = await make_queue(tmp_path, max_bytes_per_file=100, sync_every=5, sync_interval=3600)
+    await q.put_many([b"%06d" % i for i in range(40)])  # 10 per file: files 0..3
+
+    async def stored_past(file_num: int) -> None:
+        for _ in range(500):  # the rounds run on the I/O thread
+            if read_meta(tmp_path, "q").read_file >= file_num:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no meta stored past file {file_num - 1}")
+
+    got = [await asyncio.wait_for(q.get(), 10) for _ in range(15)]
+    await stored_past(1)
+    for _ in range(500):  # queued once the meta is stored
+        if started:
+            break
+        await asyncio.sleep(0.01)
+    assert started == ["aiodiskqueue-rm-q_0:" + seg_name("q", 0)]  # held from here on
+    got += [await asyncio.wait_for(q.get(), 10) for _ in range(20)]
+    assert got == [b"%06d" % i for i in range(35)]
+    await stored_past(3)  # later rounds stored the meta while the removal was held
+    assert started == ["aiodiskqueue-rm-q_0:" + seg_name("q", 0)]
+    assert (tmp_path / seg_name("q", 0)).exists()
+    release.set()
+    await q.sync()  # an explicit sync returns with the consumed segments gone
+    assert segment_numbers(tmp_path, "q") == [3]
+    assert [s.split(":")[1] for s in started] == [seg_name("q", n) for n in range(3)]
+
+
+async def test_close_and_purge_wait_for_the_removals(
+    tmp_path: Path, make_queue: MakeQueue, held_removals: tuple[threading.Event, list[str]]
+) -> None:
+    release, started = held_removals
+    q = await make_queue(tmp_path, max_bytes_per_file=100, sync_every=5, sync_interval=3600)
+    await q.put_many([b"%06d" % i for i in range(30)])
+    for _ in range(15):
+        await q.get()
+    for _ in range(200):
+        if started:
+            break
+        await asyncio.sleep(0.01)
+    assert started
+    purge = asyncio.ensure_future(q.purge())
+    await asyncio.sleep(0.2)
+    assert not purge.done()  # held by the removal of file 0
+    release.set()
+    await asyncio.wait_for(purge, 10)
+    assert segment_numbers(tmp_path, "q") == []
+    await q.put_many([b"%06d" % i for i in range(30)])
+    for _ in range(15):
+        await q.get()
+    await q.aclose()
+    meta = read_meta(tmp_path, "q")
+    assert meta.read_file == meta.write_file - 1  # the purge began a new file; one consumed
+    assert segment_numbers(tmp_path, "q") == [meta.read_file, meta.write_file]
+    assert not [t for t in threading.enumerate() if t.name.startswith("aiodiskqueue-rm-q")]
+
+
+async def test_a_removal_that_fails_leaves_a_leftover_the_next_open_removes(
+    tmp_path: Path, make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+
+    def refuse(path: str) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    monkeypatch.setattr(os, "remove", refuse)  # the call the remover thread makes
+    q = await make_queue(tmp_path, max_bytes_per_file=100, sync_every=5, sync_interval=3600)
+    await q.put_many([b"%06d" % i for i in range(30)])
+    with caplog.at_level(logging.WARNING, logger="aiodiskqueue"):
+        assert [await q.get() for _ in range(15)] == [b"%06d" % i for i in range(15)]
+        await q.sync()
+    assert "could not remove the consumed segment" in caplog.text
+    assert segment_numbers(tmp_path, "q") == [0, 1, 2]  # nothing lost, nothing broken
+    await q.put(b"after")
+    await q.aclose()
+    monkeypatch.undo()
+    q = await make_queue(tmp_path)
+    assert segment_numbers(tmp_path, "q") == [1, 2, 3]  # the leftover (file 0) is gone
+    assert [await q.get() for _ in range(16)] == [b"%06d" % i for i in range(15, 30)] + [b"after"]
+
+
+@pytest.mark.parametrize("pure", [False, True])
+async def test_sync_rounds_store_the_meta_in_one_native_call(
+    tmp_path: Path, make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch, pure: bool
+) -> None:
+    # Each system call of a Python thread takes the GIL back afterwards, which a busy
+    # consumer holds for up to the switch interval: the common case is one native call.
+    if store_mod._swap_file is None:
+        pytest.skip("the native module is not built here")
+    if pure:
+        monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1")
+    results: list[int] = []
+    real = store_mod._swap_file
+
+    def spy(directory: bytes, spare: bytes, name: bytes, data: bytes) -> int:
+        results.append(real(directory, spare, name, data))
+        return results[-1]
+
+    monkeypatch.setattr(store_mod, "_swap_file", spy)
+    q = await make_queue(tmp_path)
+    await q.put_many([b"a", b"b", b"c"])
+    await q.sync()
+    assert await q.get() == b"a"
+    await q.sync()
+    meta = read_meta(tmp_path, "q")
+    assert (meta.depth, meta.read_pos) == (2, 5)
+    # The first store makes the spare (the portable steps), the next one swaps natively.
+    assert results == ([] if pure else [errno.ENOENT, 0])

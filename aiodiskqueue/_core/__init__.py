@@ -11,6 +11,13 @@ try:
 except ImportError:  # pragma: no cover - built wherever a C compiler is present
     _split_records = None
 
-if _split_records is not None and _os.environ.get("AIODISKQUEUE_PURE_PYTHON", "") in ("", "0"):
+
+
+def pure_python() -> bool:
+    """Does ``AIODISKQUEUE_PURE_PYTHON`` switch the native code off (read at each open)?"""
+    return _os.environ.get("AIODISKQUEUE_PURE_PYTHON", "") not in ("", "0")
+
+
+if _split_records is not None and not pure_python():
     # Records are split out of read buffers in C (the codec's rule, see codec.parse).
     _codec.use_splitter(_split_records)

@@ -13,6 +13,11 @@ def split_records(buf: bytes | bytearray | memoryview, base: int, file_num: int,
     """The record codec's ``split_py`` in C: (records, stop, bad_length); the records
     are (payload, file_num, end_offset), or the payloads alone without ``positions``."""
 
+def swap_file(directory: bytes, spare: bytes, name: bytes, data: bytes, /) -> int:
+    """Write ``data`` into the existing file ``spare``, fsync it, swap it with ``name``
+    (``renameat2(RENAME_EXCHANGE)``) and fsync ``directory``, the GIL released once:
+    0, or the errno of the step that failed."""
+
 class Writer:
     """A native thread that appends framed batches to files without taking the GIL."""
 

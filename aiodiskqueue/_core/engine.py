@@ -412,6 +412,7 @@ class Engine(ErrorPaths):
                        and (self._sync_may_retry() or (job.payloads and self.sync_every == 1))))
                 and (dirty or self.sync_waiters)):
             job.sync = True
+            job.settle = bool(self.sync_waiters)  # sync() returns with consumed files gone
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
             consumer_at = self.consumer_at()

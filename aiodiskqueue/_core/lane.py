@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._format.codec import HEADER_SIZE, parse_payloads
+from . import pure_python
 from .buffers import Lifecycle, wake
 from .iothread import Hop
 from .position import Stretch
@@ -80,7 +81,7 @@ class LaneRead:
 
 def available() -> bool:
     """True if the native writer is built and not switched off by the environment."""
-    return Writer is not None and os.environ.get("AIODISKQUEUE_PURE_PYTHON", "") in ("", "0")
+    return Writer is not None and not pure_python()
 
 
 class WriteLane:

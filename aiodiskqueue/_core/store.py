@@ -15,10 +15,18 @@ from dataclasses import dataclass, field
 
 from .._format.codec import HEADER, frame
 from .._format.layout import Layout, file_size, fsync_dir
-from .._format.meta import Meta, store_meta
+from .._format.meta import Meta, Swap, store_meta
 from .._format.scan import Record, read_span, realign, scan_segment
 from ..errors import CorruptionError
+from . import pure_python
 from .position import Stretch
+from .remover import SegmentRemover
+
+_swap_file: Swap | None
+try:
+    from ._writer import swap_file as _swap_file
+except ImportError:  # pragma: no cover - built wherever a C compiler is present
+    _swap_file = None
 
 log = logging.getLogger("aiodiskqueue")
 
@@ -41,6 +49,7 @@ class Job:
     read_from: tuple[int, int] | None = None
     read_budget: int = 0
     reset_writer: bool = False  # first reopen the write segment, cut back to write_pos
+    settle: bool = False  # after the sync, wait until the consumed segments are removed
     recount_from: tuple[int, int] | None = None  # count the records on disk from here
 
 
@@ -95,6 +104,8 @@ class SegmentStore:
         self._data_dirty = False
         self._dir_dirty = False
         self._oldest = 0  # lowest segment number that may still exist
+        self._remover = SegmentRemover(layout.name)
+        self._swap: Swap | None = None  # the meta store's native common case (see open)
         self.bytes_on_disk = 0
         self.meta_on_disk: Meta | None = None
         # The read position taken from a meta file, not yet known to be a record boundary.
@@ -109,6 +120,7 @@ class SegmentStore:
 
         st = Recovery(self).run()
         meta = st.meta
+        self._swap = None if pure_python() else _swap_file
         self._unverified = meta.read if meta.read_pos > 0 else None
         self.write_file, self.write_pos = meta.write
         self._oldest = min(self.layout.segments(), default=meta.write_file_num)
@@ -176,6 +188,8 @@ class SegmentStore:
                 res.meta = meta
             except OSError as exc:
                 res.sync_error = exc
+            if job.settle:
+                self._remover.settle()
         if job.read_from is not None:
             try:
                 self.read(job.read_from, job.read_budget, res)
@@ -331,13 +345,15 @@ class SegmentStore:
             fsync_dir(self.layout.directory)
             self._dir_dirty = False
         if meta is not None and meta != self.meta_on_disk:
-            store_meta(self.layout.meta_path, meta)
+            store_meta(self.layout.meta_path, meta, self._swap)
             self.meta_on_disk = meta
             # Deleting a consumed segment only after the meta that moved past it is
             # durable means a crash can never leave the meta pointing at a deleted file.
             self._delete_below(meta.read_file_num)
 
     def _delete_below(self, num: int) -> None:
+        # The removals run on the remover's thread (see .remover): the sync round and
+        # the consumer behind it do not wait while the kernel frees the files.
         for n in range(self._oldest, num):
             path = self.layout.segment_path(n)
             if n == self._rnum and self._rfd is not None:
@@ -345,10 +361,10 @@ class SegmentStore:
                 self._rfd, self._rnum = None, -1
             try:
                 size = file_size(path)
-                os.remove(path)
-                self.bytes_on_disk -= size
             except FileNotFoundError:
-                pass
+                continue
+            self._remover.remove(path)
+            self.bytes_on_disk -= size
         self._oldest = max(self._oldest, num)
 
     def read(self, at: tuple[int, int], budget: int, res: JobResult) -> None:
@@ -476,6 +492,7 @@ class SegmentStore:
         nxt = self.write_file + 1
         meta = Meta(0, nxt, 0, nxt, 0)
         self._unverified = None
+        self._remover.settle()  # so that the listing below is the final one
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None
@@ -494,7 +511,8 @@ class SegmentStore:
         return meta
 
     def close(self) -> None:
-        """Close every descriptor (the caller syncs first)."""
+        """Close every descriptor (the caller syncs first) and wait for the removals."""
+        self._remover.close()
         for fd in (self._wfd, self._rfd):
             if fd is not None:
                 os.close(fd)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .layout import fsync_dir
 from .space import exchange_paths
+
+#: A native store of the common case: (directory, spare, name, data) -> 0 or an errno.
+Swap = Callable[[bytes, bytes, bytes, bytes], int]
 
 _META_RE = re.compile(rb"\A(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n?\Z")
 _INT64_MAX = (1 << 63) - 1  # go-diskqueue's numbers are int64
@@ -171,7 +174,7 @@ def spare_path(path: str) -> str:
     return f"{path}.0.tmp"
 
 
-def store_meta(path: str, meta: Meta) -> None:
+def store_meta(path: str, meta: Meta, swap: Swap | None = None) -> None:
     """Replace the meta file atomically and durably.
 
     The new content goes into the spare file when there is one (blocks already
@@ -184,10 +187,19 @@ def store_meta(path: str, meta: Meta) -> None:
     full disk the next store tries again). Either way the directory is fsynced,
     so the change survives a power cut.
 
+    ``swap``, when given, is a native version of the common case (the spare exists and
+    the names can be swapped) that releases the GIL once for all of its system calls
+    (``aiodiskqueue._core._writer.swap_file``). It returns 0 or an errno; on an errno
+    the steps below run and redo all of it.
+
     Raises OSError if neither file can be written.
     """
     data = meta.encode()
     spare = spare_path(path)
+    directory = os.path.dirname(path) or "."
+    if swap is not None and not swap(os.fsencode(directory), os.fsencode(os.path.basename(spare)),
+                                     os.fsencode(os.path.basename(path)), data):
+        return
     try:
         fd = os.open(spare, os.O_WRONLY)
         tmp = spare
@@ -201,7 +213,6 @@ def store_meta(path: str, meta: Meta) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    directory = os.path.dirname(path) or "."
     if exchange_paths(tmp, path):
         fsync_dir(directory)  # stored
         if tmp != spare:
