@@ -234,16 +234,17 @@ class Engine(ErrorPaths):
             return flight
         if flights and flights[-1].on_lane:
             if (self._full_hop_due()
-                    or not self._lane_fits(self._lane_end, size, self.sync_every == 1)):
+                    or not _lane.lane_fits(self, self._lane_end, size, self.sync_every == 1)):
                 return None
             job = self._build_job(pipelined=True)
-            return None if job is None else self._dispatch_lane(job, self._lane_end, size)
+            return None if job is None else _lane.dispatch_write(self, job, self._lane_end, size)
         job = self._build_job(pipelined=bool(flights), read=not sync_first)
         if job is None:
             return _lane.lane_read(self) if sync_first else None
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
-                and not job.reset_writer and self._lane_fits(self.write_at[1], size, job.sync)):
-            return self._dispatch_lane(job, self.write_at[1], size)
+                and not job.reset_writer
+                and _lane.lane_fits(self, self.write_at[1], size, job.sync)):
+            return _lane.dispatch_write(self, job, self.write_at[1], size)
         return self._dispatch(job)
 
     def kick(self) -> bool:
@@ -272,32 +273,10 @@ class Engine(ErrorPaths):
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
 
-    def _lane_fits(self, pos: int, size: int, sync: bool) -> bool:
-        """Can a batch of ``size`` bytes go to the write lane as an append at ``pos``
-        (followed by an fdatasync if ``sync``)?"""
-        if self.lane is None or self._lane_error is not None or self.state is Lifecycle.CLOSING:
-            return False
-        st = self.store
-        if st.writer_fd is None or (sync and st.dir_dirty):
-            return False
-        return size > 0 and pos + size <= self.opts.max_bytes_per_file
-
     def _dispatch(self, job: Job) -> _Flight:
         assert self.io is not None
         flight = _Flight(job, self.io.run(self.store.run, job), self.epoch,
                          self._batch_waiters, self._sync_batch)
-        self._batch_waiters = []
-        self._sync_batch = []
-        return flight
-
-    def _dispatch_lane(self, job: Job, pos: int, total: int) -> _Flight:
-        assert self.lane is not None and job.payloads is not None
-        fd = self.store.writer_fd
-        assert fd is not None
-        fut = self.lane.submit(fd, job.payloads, pos, job.sync)
-        self._lane_end = pos + total
-        flight = _Flight(job, fut, self.epoch, self._batch_waiters, self._sync_batch,
-                         _LaneWrite(self.write_at[0], pos, total))
         self._batch_waiters = []
         self._sync_batch = []
         return flight

@@ -324,6 +324,34 @@ def lane_read(e: Engine) -> _Flight | None:
     return None if found is None else dispatch_read(e, found[0], *found[1])
 
 
+def lane_fits(e: Engine, pos: int, size: int, sync: bool) -> bool:
+    """Can a batch of ``size`` bytes go to the write lane as an append at ``pos``
+    (followed by an fdatasync if ``sync``)?"""
+    if e.lane is None or e._lane_error is not None or e.state is Lifecycle.CLOSING:
+        return False
+    st = e.store
+    if st.writer_fd is None or (sync and st.dir_dirty):
+        return False
+    return size > 0 and pos + size <= e.opts.max_bytes_per_file
+
+
+def dispatch_write(e: Engine, job: Job, pos: int, total: int) -> _Flight:
+    """Send ``job``'s batch (``total`` bytes as records) to the lane as an append at
+    ``pos`` of the write segment."""
+    from .engine import _Flight, _LaneWrite
+
+    assert e.lane is not None and job.payloads is not None
+    fd = e.store.writer_fd
+    assert fd is not None
+    fut = e.lane.submit(fd, job.payloads, pos, job.sync)
+    e._lane_end = pos + total
+    flight = _Flight(job, fut, e.epoch, e._batch_waiters, e._sync_batch,
+                     _LaneWrite(e.write_at[0], pos, total))
+    e._batch_waiters = []
+    e._sync_batch = []
+    return flight
+
+
 def dispatch_read(e: Engine, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
     """Send ``job``'s read of ``nbytes`` at ``pos`` of ``fd`` to the lane."""
     from .engine import _Flight
