@@ -9,10 +9,11 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import MakeQueue
-from helpers_format import read_meta, seg_name, segment_numbers
+from helpers_format import parse_meta, read_meta, seg_name, segment_numbers
 
 import aiodiskqueue._core.store as store_mod
 from aiodiskqueue import DiskQueueError
@@ -217,8 +218,7 @@ async def test_sync_rounds_store_the_meta_in_one_native_call(
     # consumer holds for up to the switch interval: the common case is one native call.
     if store_mod._swap_file is None:
         pytest.skip("the native module is not built here")
-    if pure:
-        monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1")
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1" if pure else "0")
     results: list[int] = []
     real = store_mod._swap_file
 
@@ -236,3 +236,73 @@ async def test_sync_rounds_store_the_meta_in_one_native_call(
     assert (meta.depth, meta.read_pos) == (2, 5)
     # The first store makes the spare (the portable steps), the next one swaps natively.
     assert results == ([] if pure else [errno.ENOENT, 0])
+
+
+async def _meta_reaches(tmp_path: Path, pos: tuple[int, int]) -> None:
+    for _ in range(500):  # the rounds run beside the consumer
+        meta = read_meta(tmp_path, "q")
+        if (meta.read_file, meta.read_pos) >= pos:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the meta never reached {pos}: {read_meta(tmp_path, 'q')}")
+
+
+async def test_a_consumers_sync_rounds_store_the_meta_on_a_native_thread(
+    tmp_path: Path, make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A consumer taking ready messages holds the GIL; a round on the Python I/O thread
+    # waited for it after every system call, and the consumer for the round.
+    if store_mod._swap_file is None:
+        pytest.skip("the native module is not built here")
+    import aiodiskqueue._core.lane as lane_mod
+
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")  # whatever the suite runs with
+    swaps: list[bytes] = []
+    real = lane_mod.WriteLane.submit_swap
+
+    def spy(lane: lane_mod.WriteLane, args: tuple[bytes, bytes, bytes, bytes]) -> Any:
+        swaps.append(args[3])
+        return real(lane, args)
+
+    monkeypatch.setattr(lane_mod.WriteLane, "submit_swap", spy)
+    redone: list[int] = []
+    real_result = lane_mod.meta_result
+
+    def result(e: Any, flight: Any) -> Any:
+        res = real_result(e, flight)
+        if res is None:
+            redone.append(flight.fut.result()[2])
+        return res
+
+    monkeypatch.setattr(lane_mod, "meta_result", result)
+    q = await make_queue(tmp_path, sync_every=10, sync_interval=3600)
+    await q.put_many([b"%06d" % i for i in range(200)])
+    await q.sync()  # the first store makes the spare
+    assert await q.get() == b"000000"
+    await q.sync()  # the next one swaps natively
+    assert swaps == []  # an explicit sync goes to the I/O thread (it waits for removals)
+    for i in range(1, 100):
+        assert await q.get() == b"%06d" % i
+        if i % 20 == 0:
+            await _meta_reaches(tmp_path, (0, 10 * i))  # a round per 10 gets
+    await _meta_reaches(tmp_path, (0, 900))
+    assert len(swaps) >= 4
+    metas = [parse_meta(m) for m in swaps]
+    assert [(m.read_file, m.write_pos) for m in metas] == [(0, 2000)] * len(metas)
+    assert [m.read_pos for m in metas] == sorted(m.read_pos for m in metas)
+    assert all(m.depth == 200 - m.read_pos // 10 for m in metas)
+    # A store that fails there (the spare is gone) is redone by the portable steps.
+    os.remove(tmp_path / "q.diskqueue.meta.dat.0.tmp")
+    before = len(swaps)
+    for i in range(100, 180):
+        assert await q.get() == b"%06d" % i
+        if i % 20 == 0:
+            await _meta_reaches(tmp_path, (0, 10 * i))
+    await _meta_reaches(tmp_path, (0, 1700))
+    assert redone == [errno.ENOENT]
+    assert (tmp_path / "q.diskqueue.meta.dat.0.tmp").exists()  # made again
+    # The I/O thread's next store swapped natively again, and the lane took over.
+    assert parse_meta(swaps[-1]).read_pos >= 1600 and len(swaps) >= before + 2
+    await q.aclose()
+    q = await make_queue(tmp_path)
+    assert [await q.get() for _ in range(20)] == [b"%06d" % i for i in range(180, 200)]

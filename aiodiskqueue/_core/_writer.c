@@ -44,6 +44,8 @@ typedef struct {
     int fd;
     int sync;
     int read;            /* a read job: pread `total` bytes at `offset` into `rview` */
+    char *swap;          /* owned: a meta store (swap_file): directory, spare, name, data */
+    const char *swap_spare, *swap_name, *swap_data;
     Py_buffer rview;     /* a read job: the caller's writable buffer, held until reaped */
     long long offset;
     long long total;     /* bytes to write */
@@ -132,6 +134,81 @@ wait_for_work(Writer *w, unsigned long long done, int synced)
     }
 }
 
+/*
+ * swap_file: the common case of aiodiskqueue._format.meta.store_meta in one call that
+ * releases the GIL once. A Python thread takes the GIL back after every system call, and
+ * while a consumer on the event loop takes ready messages without a break it waits up
+ * to the interpreter's switch interval (5 ms) for it each time: a sync round of the I/O
+ * thread took 4.5 ms at the median for about 1 ms of system calls. The steps, under
+ * `directory`: write `data` into the existing file `spare` and cut it to that size,
+ * fsync it, swap it with `name` (renameat2 RENAME_EXCHANGE) and fsync the directory.
+ * Returns 0, or the errno of the step that failed (ENOSYS where the kernel cannot
+ * swap): the caller then takes the portable steps, which redo all of it.
+ */
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+static int
+fsync_retry(int fd)
+{
+    while (fsync(fd) < 0) {
+        if (errno != EINTR)
+            return errno;
+    }
+    return 0;
+}
+
+static int
+swap_file_nogil(const char *directory, const char *spare, const char *name,
+                const char *data, Py_ssize_t len)
+{
+    int err = 0;
+    int dfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno;
+    int fd = openat(dfd, spare, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        err = errno;
+        goto out;
+    }
+    Py_ssize_t n = 0;
+    while (n < len) {
+        ssize_t r = pwrite(fd, data + n, (size_t)(len - n), (off_t)n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            err = errno;
+            break;
+        }
+        if (r == 0) {
+            err = EIO;
+            break;
+        }
+        n += r;
+    }
+    if (!err && ftruncate(fd, (off_t)len) < 0)
+        err = errno;
+    if (!err)
+        err = fsync_retry(fd);
+    close(fd);
+    if (err)
+        goto out;
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, dfd, spare, dfd, name, RENAME_EXCHANGE) < 0) {
+        err = errno;
+        goto out;
+    }
+#else
+    err = ENOSYS;
+    goto out;
+#endif
+    err = fsync_retry(dfd);
+out:
+    close(dfd);
+    return err;
+}
+
 /* A read job: pread into the caller's buffer (exported to this job, so it cannot be
  * resized, and looked at by the caller only once the job is reaped). Stops early at
  * the end of the file: `written` is then the bytes read. */
@@ -162,6 +239,13 @@ run_job(job_t *j)
 {
     if (j->read) {
         run_read(j);
+        return;
+    }
+    if (j->swap) {
+        j->written = 0;
+        j->write_errno = 0;
+        j->sync_errno = swap_file_nogil(j->swap, j->swap_spare, j->swap_name, j->swap_data,
+                                        (Py_ssize_t)j->total);
         return;
     }
     struct iovec *iov = j->iov;
@@ -212,6 +296,8 @@ job_release(job_t *j)
         j->read = 0;
     }
     Py_CLEAR(j->keep);
+    PyMem_RawFree(j->swap);
+    j->swap = NULL;
     PyMem_RawFree(j->iov);
     j->iov = NULL;
     PyMem_RawFree(j->hdr);
@@ -234,7 +320,7 @@ worker_main(void *arg)
         job_t *j = &w->ring[done % RING];
         run_job(j);
         /* read before the job is published: the loop may reap it */
-        synced = j->sync || j->read || j->total > w->small_max;
+        synced = j->sync || j->read || j->swap || j->total > w->small_max;
         done++;
         atomic_store(&w->completed, done);
         if (!atomic_exchange(&w->signaled, 1)) {
@@ -363,6 +449,7 @@ frame_job(job_t *j, PyObject *seq)
     }
     j->keep = items;
     j->read = 0;
+    j->swap = NULL;
     j->hdr = hdr;
     j->iov = iov;
     j->iovcnt = (int)(2 * n);
@@ -426,6 +513,7 @@ Writer_submit_read(Writer *w, PyObject *args)
     }
     j->rview = view;
     j->read = 1;
+    j->swap = NULL;
     j->keep = NULL;
     j->iov = NULL;
     j->hdr = NULL;
@@ -433,6 +521,49 @@ Writer_submit_read(Writer *w, PyObject *args)
     j->fd = fd;
     j->offset = offset;
     j->total = nbytes;
+    j->sync = 0;
+    publish(w);
+    Py_RETURN_NONE;
+}
+
+/* Queue a meta store (swap_file's steps) behind the jobs submitted before: the sync
+ * round of a consumer, off the GIL. Its result's third item is swap_file's errno. */
+static PyObject *
+Writer_submit_swap(Writer *w, PyObject *args)
+{
+    const char *directory, *spare, *name;
+    Py_ssize_t ld, ls, ln, len;
+    const char *data;
+    if (!PyArg_ParseTuple(args, "y#y#y#y#", &directory, &ld, &spare, &ls, &name, &ln,
+                          &data, &len))
+        return NULL;
+    if (strlen(directory) != (size_t)ld || strlen(spare) != (size_t)ls
+            || strlen(name) != (size_t)ln) {
+        PyErr_SetString(PyExc_ValueError, "embedded null byte");
+        return NULL;
+    }
+    job_t *j = next_slot(w);
+    if (j == NULL)
+        return NULL;
+    char *mem = PyMem_RawMalloc((size_t)(ld + ls + ln + len + 3));
+    if (mem == NULL)
+        return PyErr_NoMemory();
+    memcpy(mem, directory, (size_t)ld + 1);
+    memcpy(mem + ld + 1, spare, (size_t)ls + 1);
+    memcpy(mem + ld + ls + 2, name, (size_t)ln + 1);
+    memcpy(mem + ld + ls + ln + 3, data, (size_t)len);
+    j->swap = mem;
+    j->swap_spare = mem + ld + 1;
+    j->swap_name = mem + ld + ls + 2;
+    j->swap_data = mem + ld + ls + ln + 3;
+    j->read = 0;
+    j->keep = NULL;
+    j->iov = NULL;
+    j->hdr = NULL;
+    j->iovcnt = 0;
+    j->fd = -1;
+    j->offset = 0;
+    j->total = len;
     j->sync = 0;
     publish(w);
     Py_RETURN_NONE;
@@ -665,6 +796,9 @@ static PyMethodDef Writer_methods[] = {
     {"write_records", (PyCFunction)Writer_write_records, METH_VARARGS,
      "write_records(fd, payloads, offset) -> (written, write_errno, 0): write the records\n"
      "now on the calling thread (GIL released), while no job is queued."},
+    {"submit_swap", (PyCFunction)Writer_submit_swap, METH_VARARGS,
+     "submit_swap(directory, spare, name, data): queue swap_file's steps; the job's\n"
+     "result is (0, 0, errno or 0)."},
     {"reap", (PyCFunction)Writer_reap, METH_NOARGS,
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
     {"write_polled", (PyCFunction)Writer_write_polled, METH_VARARGS,
@@ -795,81 +929,6 @@ error:
     Py_XDECREF(fnum);
     Py_XDECREF(bad);
     return NULL;
-}
-
-/*
- * swap_file: the common case of aiodiskqueue._format.meta.store_meta in one call that
- * releases the GIL once. A Python thread takes the GIL back after every system call, and
- * while a consumer on the event loop takes ready messages without a break it waits up
- * to the interpreter's switch interval (5 ms) for it each time: a sync round of the I/O
- * thread took 4.5 ms at the median for about 1 ms of system calls. The steps, under
- * `directory`: write `data` into the existing file `spare` and cut it to that size,
- * fsync it, swap it with `name` (renameat2 RENAME_EXCHANGE) and fsync the directory.
- * Returns 0, or the errno of the step that failed (ENOSYS where the kernel cannot
- * swap): the caller then takes the portable steps, which redo all of it.
- */
-#ifndef RENAME_EXCHANGE
-#define RENAME_EXCHANGE (1 << 1)
-#endif
-
-static int
-fsync_retry(int fd)
-{
-    while (fsync(fd) < 0) {
-        if (errno != EINTR)
-            return errno;
-    }
-    return 0;
-}
-
-static int
-swap_file_nogil(const char *directory, const char *spare, const char *name,
-                const char *data, Py_ssize_t len)
-{
-    int err = 0;
-    int dfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return errno;
-    int fd = openat(dfd, spare, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
-        err = errno;
-        goto out;
-    }
-    Py_ssize_t n = 0;
-    while (n < len) {
-        ssize_t r = pwrite(fd, data + n, (size_t)(len - n), (off_t)n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            err = errno;
-            break;
-        }
-        if (r == 0) {
-            err = EIO;
-            break;
-        }
-        n += r;
-    }
-    if (!err && ftruncate(fd, (off_t)len) < 0)
-        err = errno;
-    if (!err)
-        err = fsync_retry(fd);
-    close(fd);
-    if (err)
-        goto out;
-#ifdef SYS_renameat2
-    if (syscall(SYS_renameat2, dfd, spare, dfd, name, RENAME_EXCHANGE) < 0) {
-        err = errno;
-        goto out;
-    }
-#else
-    err = ENOSYS;
-    goto out;
-#endif
-    err = fsync_retry(dfd);
-out:
-    close(dfd);
-    return err;
 }
 
 static PyObject *

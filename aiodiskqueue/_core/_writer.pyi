@@ -30,6 +30,9 @@ class Writer:
     def submit_read(self, fd: int, buf: bytearray, offset: int, nbytes: int, /) -> None:
         """Queue a pread of ``nbytes`` at ``offset`` into ``buf``, filled once the job is
         reaped (its result's first item is the bytes read)."""
+    def submit_swap(self, directory: bytes, spare: bytes, name: bytes, data: bytes, /) -> None:
+        """Queue ``swap_file``'s steps (a meta store); the job's result is (0, 0, errno
+        or 0)."""
     def write_records(self, fd: int, payloads: Sequence[bytes], offset: int,
                       /) -> tuple[int, int, int]:
         """Write ``payloads`` as records now, on the calling thread (GIL released), while

@@ -53,11 +53,13 @@ class _Flight:
     sync_waiters: list[asyncio.Future[None]]
     lane: _LaneWrite | None = None
     read: _lane.LaneRead | None = None
+    meta: Meta | None = None  # a meta store on the lane (see lane.meta_job)
 
     @property
     def on_lane(self) -> bool:
-        """Is this a job of the native lane (a write or a read), not of the I/O thread?"""
-        return self.lane is not None or self.read is not None
+        """Is this a job of the native lane (a write, a read or a meta store), not of the
+        I/O thread?"""
+        return self.lane is not None or self.read is not None or self.meta is not None
 
 
 @dataclass(slots=True)
@@ -89,6 +91,8 @@ class Engine(ErrorPaths):
         self.lock = QueueLock(layout.lock_path)
         self.io: IOThread | None = None
         self.lane: _lane.WriteLane | None = None
+        self.meta_lane: _lane.WriteLane | None = None  # a consumer's meta stores (lane.meta_job)
+        self._meta_lane_failed = False
         self._lane_end = 0  # write offset after the last batch sent to the lane
         self._lane_error: OSError | None = None  # a lane write failed: reset the writer
         self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
@@ -232,6 +236,8 @@ class Engine(ErrorPaths):
         flight, hold, sync_first = _lane.read_first(self)
         if flight is not None or hold:
             return flight
+        if flights and flights[-1].meta is not None:
+            return None  # only a read goes behind a meta store on the lane (read_first)
         if flights and flights[-1].on_lane:
             if (self._full_hop_due()
                     or not _lane.lane_fits(self, self._lane_end, size, self.sync_every == 1)):
@@ -241,6 +247,9 @@ class Engine(ErrorPaths):
         job = self._build_job(pipelined=bool(flights), read=not sync_first)
         if job is None:
             return _lane.lane_read(self) if sync_first else None
+        meta_flight = _lane.meta_job(self, job)
+        if meta_flight is not None:
+            return meta_flight
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer
                 and _lane.lane_fits(self, self.write_at[1], size, job.sync)):
@@ -293,6 +302,11 @@ class Engine(ErrorPaths):
                 res = _inline.settle(self, flight)
             elif flight.read is not None:
                 res = _lane.read_result(self, flight)
+            elif flight.meta is not None:
+                found = _lane.meta_result(self, flight)
+                if found is None:
+                    return  # redone on the I/O thread
+                res = found
             elif flight.lane is None:
                 res = flight.fut.result()
             elif flight.lane.from_loop:
@@ -336,6 +350,9 @@ class Engine(ErrorPaths):
             self.lane.close()
             self.lane = None
             self.native_lane = False
+        if self.meta_lane is not None:
+            self.meta_lane.close()
+            self.meta_lane = None
         try:
             await io.run(self.store.close)
         except BaseException:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .._format.codec import HEADER, frame
 from .._format.layout import Layout, file_size, fsync_dir
-from .._format.meta import Meta, Swap, store_meta
+from .._format.meta import Meta, Swap, store_meta, swap_names
 from .._format.scan import Record, read_span, realign, scan_segment
 from ..errors import CorruptionError
 from . import pure_python
@@ -106,6 +106,9 @@ class SegmentStore:
         self._oldest = 0  # lowest segment number that may still exist
         self._remover = SegmentRemover(layout.name)
         self._swap: Swap | None = None  # the meta store's native common case (see open)
+        # The last meta store took that native path: the spare exists and names can be
+        # swapped here, so the write lane may store a consumer's meta (see lane.meta_job).
+        self.swap_ok = False
         self.bytes_on_disk = 0
         self.meta_on_disk: Meta | None = None
         # The read position taken from a meta file, not yet known to be a record boundary.
@@ -120,7 +123,8 @@ class SegmentStore:
 
         st = Recovery(self).run()
         meta = st.meta
-        self._swap = None if pure_python() else _swap_file
+        self._swap = None if pure_python() or _swap_file is None else self._swap_noted
+        self.swap_ok = False
         self._unverified = meta.read if meta.read_pos > 0 else None
         self.write_file, self.write_pos = meta.write
         self._oldest = min(self.layout.segments(), default=meta.write_file_num)
@@ -349,6 +353,31 @@ class SegmentStore:
             self.meta_on_disk = meta
             # Deleting a consumed segment only after the meta that moved past it is
             # durable means a crash can never leave the meta pointing at a deleted file.
+            self._delete_below(meta.read_file_num)
+
+    def _swap_noted(self, directory: bytes, spare: bytes, name: bytes, data: bytes) -> int:
+        assert _swap_file is not None
+        err = _swap_file(directory, spare, name, data)
+        self.swap_ok = not err
+        return err
+
+    def meta_swap(self, meta: Meta) -> tuple[bytes, bytes, bytes, bytes] | None:
+        """The arguments of a native store of ``meta`` (``swap_file``'s) if that is all
+        :meth:`sync` would do now: nothing to fsync, no directory entry to make durable,
+        a meta that differs from the stored one, and the last store took the native path.
+        None otherwise. Called on the event loop while no hop runs."""
+        if (not self.swap_ok or self._data_dirty or self._dir_dirty
+                or meta == self.meta_on_disk):
+            return None
+        return (*swap_names(self.layout.meta_path), meta.encode())
+
+    def meta_swapped(self, meta: Meta, err: int) -> None:
+        """The write lane stored ``meta`` (``err`` 0), or failed to with ``err``: what
+        :meth:`sync` does after :func:`store_meta`. Called on the event loop while no hop
+        runs; the removals it queues run on the remover's thread."""
+        self.swap_ok = not err
+        if not err:
+            self.meta_on_disk = meta
             self._delete_below(meta.read_file_num)
 
     def _delete_below(self, num: int) -> None:

@@ -174,6 +174,13 @@ def spare_path(path: str) -> str:
     return f"{path}.0.tmp"
 
 
+def swap_names(path: str) -> tuple[bytes, bytes, bytes]:
+    """The names a :data:`Swap` of the meta file at ``path`` takes: its directory, and
+    the spare's and the meta file's names in it."""
+    return (os.fsencode(os.path.dirname(path) or "."),
+            os.fsencode(os.path.basename(spare_path(path))), os.fsencode(os.path.basename(path)))
+
+
 def store_meta(path: str, meta: Meta, swap: Swap | None = None) -> None:
     """Replace the meta file atomically and durably.
 
@@ -197,8 +204,7 @@ def store_meta(path: str, meta: Meta, swap: Swap | None = None) -> None:
     data = meta.encode()
     spare = spare_path(path)
     directory = os.path.dirname(path) or "."
-    if swap is not None and not swap(os.fsencode(directory), os.fsencode(os.path.basename(spare)),
-                                     os.fsencode(os.path.basename(path)), data):
+    if swap is not None and not swap(*swap_names(path), data):
         return
     try:
         fd = os.open(spare, os.O_WRONLY)
