@@ -113,10 +113,10 @@ def held_removals(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.E
     started: list[str] = []
     real = remover_mod._remove
 
-    def held(path: str) -> None:
+    def held(path: str) -> int:
         started.append(f"{threading.current_thread().name}:{os.path.basename(path)}")
         assert release.wait(30), "removal never released"
-        real(path)
+        return real(path)
 
     monkeypatch.setattr(remover_mod, "_remove", held)
     yield release, started
@@ -154,6 +154,7 @@ async def test_sync_rounds_do_not_wait_for_the_removal_of_consumed_segments(
     release.set()
     await q.sync()  # an explicit sync returns with the consumed segments gone
     assert segment_numbers(tmp_path, "q") == [3]
+    assert q.statistics().bytes_on_disk == 100  # counted as the remover freed them
     assert [s.split(":")[1] for s in started] == [seg_name("q", n) for n in range(3)]
 
 

@@ -165,6 +165,7 @@ class SegmentStore:
     def run(self, job: Job) -> JobResult:
         """Do one hop's work: write, sync (and meta), read ahead."""
         res = JobResult()
+        self._count_removed()
         if job.reset_writer:
             try:
                 self.reopen_writer()
@@ -194,6 +195,7 @@ class SegmentStore:
                 res.sync_error = exc
             if job.settle:
                 self._remover.settle()
+                self._count_removed()
         if job.read_from is not None:
             try:
                 self.read(job.read_from, job.read_budget, res)
@@ -376,6 +378,7 @@ class SegmentStore:
         :meth:`sync` does after :func:`store_meta`. Called on the event loop while no hop
         runs; the removals it queues run on the remover's thread."""
         self.swap_ok = not err
+        self._count_removed()
         if not err:
             self.meta_on_disk = meta
             self._delete_below(meta.read_file_num)
@@ -384,17 +387,14 @@ class SegmentStore:
         # The removals run on the remover's thread (see .remover): the sync round and
         # the consumer behind it do not wait while the kernel frees the files.
         for n in range(self._oldest, num):
-            path = self.layout.segment_path(n)
             if n == self._rnum and self._rfd is not None:
                 os.close(self._rfd)
                 self._rfd, self._rnum = None, -1
-            try:
-                size = file_size(path)
-            except FileNotFoundError:
-                continue
-            self._remover.remove(path)
-            self.bytes_on_disk -= size
+            self._remover.remove(self.layout.segment_path(n))
         self._oldest = max(self._oldest, num)
+
+    def _count_removed(self) -> None:
+        self.bytes_on_disk -= self._remover.freed()
 
     def read(self, at: tuple[int, int], budget: int, res: JobResult) -> None:
         """Read ahead about ``budget`` bytes of records from ``at`` into ``res``."""
@@ -522,6 +522,7 @@ class SegmentStore:
         meta = Meta(0, nxt, 0, nxt, 0)
         self._unverified = None
         self._remover.settle()  # so that the listing below is the final one
+        self._remover.freed()  # counted again below
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None
