@@ -71,6 +71,20 @@ async def test_a_drain_reads_ahead_on_the_lane(tmp_path: Path, lane_reads: list[
     assert max(lane_reads) <= 8192
 
 
+async def test_a_reopened_queue_reads_ahead_on_the_lane_once_its_position_is_checked(
+        tmp_path: Path, lane_reads: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The meta's read position inside a segment is checked by the I/O thread's first
+    # read (a record boundary?); the segment's later reads go to the lane.
+    monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+    await fill(tmp_path, PER_FILE)
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000) as q:
+        assert [await q.get() for _ in range(5)] == [payload(i) for i in range(5)]
+    got, bad, err = await drain(tmp_path)
+    assert got == [payload(i) for i in range(5, PER_FILE)]
+    assert (bad, err) == (0, None)
+    assert len(lane_reads) >= 8  # 8 KiB reads of a segment of about 97 KiB
+
+
 @pytest.mark.parametrize("strict", [False, True], ids=["quarantine", "strict"])
 @pytest.mark.parametrize("damage", ["oversize", "negative", "truncated"])
 async def test_damage_met_by_a_lane_read_ends_as_on_the_io_thread(

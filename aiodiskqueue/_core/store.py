@@ -429,6 +429,11 @@ class SegmentStore:
             res.records_bytes += span.end - span.start - 4 * len(span.records)
             budget -= span.end - pos
             pos = span.end
+            if (span.problem is None and span.records and self._unverified is not None
+                    and self._unverified[0] == fnum):
+                # Records parsed cleanly from the meta's read position: it is a record
+                # boundary, and the next reads of this segment may go to the native thread.
+                self._unverified = None
             if span.problem is not None and self._unverified is not None \
                     and self._unverified[0] == fnum and not self.strict:
                 up = self._unverified[1]
