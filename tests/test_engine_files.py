@@ -113,10 +113,10 @@ def held_removals(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.E
     started: list[str] = []
     real = remover_mod._remove
 
-    def held(path: str) -> int:
+    def held(path: str) -> None:
         started.append(f"{threading.current_thread().name}:{os.path.basename(path)}")
         assert release.wait(30), "removal never released"
-        return real(path)
+        real(path)
 
     monkeypatch.setattr(remover_mod, "_remove", held)
     yield release, started
@@ -145,11 +145,11 @@ async def test_sync_rounds_do_not_wait_for_the_removal_of_consumed_segments(
         if started:
             break
         await asyncio.sleep(0.01)
-    assert started == ["aiodiskqueue-rm-q_0:" + seg_name("q", 0)]  # held from here on
+    assert started == ["aiodiskqueue-rm-q:" + seg_name("q", 0)]  # held from here on
     got += [await asyncio.wait_for(q.get(), 10) for _ in range(20)]
     assert got == [b"%06d" % i for i in range(35)]
     await stored_past(3)  # later rounds stored the meta while the removal was held
-    assert started == ["aiodiskqueue-rm-q_0:" + seg_name("q", 0)]
+    assert started == ["aiodiskqueue-rm-q:" + seg_name("q", 0)]
     assert (tmp_path / seg_name("q", 0)).exists()
     release.set()
     await q.sync()  # an explicit sync returns with the consumed segments gone
@@ -307,3 +307,60 @@ async def test_a_consumers_sync_rounds_store_the_meta_on_a_native_thread(
     await q.aclose()
     q = await make_queue(tmp_path)
     assert [await q.get() for _ in range(20)] == [b"%06d" % i for i in range(180, 200)]
+
+
+def test_a_removal_where_no_thread_can_start_is_done_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No thread left, or the interpreter shutting down (a worker thread still using the
+    # queue): the removal must not raise, or the sync round after a stored meta would fail.
+    import aiodiskqueue._core.remover as remover_mod
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    path = tmp_path / "consumed"
+    path.write_bytes(b"x")
+    r = remover_mod.SegmentRemover("q")
+    r.remove(str(path))
+    assert not path.exists()
+    r.close()
+
+
+async def test_bytes_on_disk_follow_removals_of_an_idle_queue(
+    tmp_path: Path, make_queue: MakeQueue
+) -> None:
+    q = await make_queue(tmp_path, max_bytes_per_file=1000, sync_every=50, sync_interval=0.05)
+    await q.put_many([b"x" * 96] * 100)  # 10 segments of 1,000 bytes
+    for _ in range(100):
+        await q.get()
+    await _meta_reaches(tmp_path, (9, 1000))  # by the periodic rounds; then nothing runs
+    for _ in range(300):
+        if segment_numbers(tmp_path, "q") == [9]:  # the write segment alone is left
+            break
+        await asyncio.sleep(0.01)
+    assert segment_numbers(tmp_path, "q") == [9]
+    assert q.statistics().bytes_on_disk == (tmp_path / seg_name("q", 9)).stat().st_size == 1000
+
+
+async def test_a_native_swap_that_cannot_work_here_is_not_tried_again(
+    tmp_path: Path, make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if store_mod._swap_file is None:
+        pytest.skip("the native module is not built here")
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")
+    calls: list[bytes] = []
+
+    def no_exchange(directory: bytes, spare: bytes, name: bytes, data: bytes) -> int:
+        calls.append(data)
+        return errno.EINVAL  # a filesystem without RENAME_EXCHANGE
+
+    monkeypatch.setattr(store_mod, "_swap_file", no_exchange)
+    q = await make_queue(tmp_path)
+    await q.put_many([b"%06d" % i for i in range(20)])
+    for i in range(5):
+        assert await q.get() == b"%06d" % i
+        await q.sync()
+        assert read_meta(tmp_path, "q").read_pos == 10 * (i + 1)  # the portable steps
+    assert len(calls) == 1

@@ -13,6 +13,7 @@ from helpers_format import seg_name
 
 from aiodiskqueue import CorruptionError, DiskQueue
 from aiodiskqueue._core import lane as _lane
+from aiodiskqueue._format.meta import Meta, store_meta
 
 SIZE = 1000  # payload bytes; a record is 1,004
 PER_FILE = 99  # records of a 100,000-byte segment
@@ -83,6 +84,35 @@ async def test_a_reopened_queue_reads_ahead_on_the_lane_once_its_position_is_che
     assert got == [payload(i) for i in range(5, PER_FILE)]
     assert (bad, err) == (0, None)
     assert len(lane_reads) >= 8  # 8 KiB reads of a segment of about 97 KiB
+
+
+async def test_a_read_position_inside_a_record_is_found_when_the_first_read_parses_cleanly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Payloads with a length-like field at a fixed offset: parsed from inside a record
+    # they look clean for a whole read; the position is checked all the same, and the
+    # segment is read again from the record holding it (nothing quarantined).
+    monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
+    size, at = 100, 10
+
+    def good(i: int) -> bytes:
+        return b"%010d" % i + struct.pack(">I", size) + b"g" * (size - at - 4)
+
+    def other(i: int) -> bytes:
+        return b"%010d" % i + b"\xff\xff\xff\xff" + b"o" * (size - at - 4)
+
+    msgs = [good(i) for i in range(200)] + [other(i) for i in range(200, 260)]
+    per_file = len(msgs) * (size + 4)
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=per_file) as q:
+        await q.put_many(msgs)
+        await q.put(b"tail")  # rolls to segment 1
+    store_meta(str(tmp_path / "q.diskqueue.meta.dat"),
+               Meta(len(msgs) + 1 - 5, 0, 5 * (size + 4) + 4 + at, 1, 8))  # inside record 5
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=per_file,
+                         read_buffer_bytes=8192) as q:
+        q.shutdown()
+        got = [m async for m in q]
+        assert q.statistics().bad_files == 0
+    assert got == [*msgs[5:], b"tail"]
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["quarantine", "strict"])

@@ -17,6 +17,7 @@ from .._format.codec import HEADER, frame
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, Swap, store_meta, swap_names
 from .._format.scan import Record, read_span, realign, scan_segment
+from .._format.space import CANNOT_SWAP
 from ..errors import CorruptionError
 from . import pure_python
 from .position import Stretch
@@ -105,6 +106,9 @@ class SegmentStore:
         self._dir_dirty = False
         self._oldest = 0  # lowest segment number that may still exist
         self._remover = SegmentRemover(layout.name)
+        # The size of each segment written to its end here or opened for reading, so
+        # that a removal queued from the event loop (meta_swapped) needs no stat.
+        self._sizes: dict[int, int] = {}
         self._swap: Swap | None = None  # the meta store's native common case (see open)
         # The last meta store took that native path: the spare exists and names can be
         # swapped here, so the write lane may store a consumer's meta (see lane.meta_job).
@@ -142,6 +146,7 @@ class SegmentStore:
             os.close(self._rfd)
             self._rfd, self._rnum = None, -1
         dst = self.layout.quarantine(num)
+        self._sizes.pop(num, None)
         self.bytes_on_disk -= size
         log.warning("%s: %s at offset %d; quarantined as %s", path, reason, offset, dst)
         return dst
@@ -165,7 +170,6 @@ class SegmentStore:
     def run(self, job: Job) -> JobResult:
         """Do one hop's work: write, sync (and meta), read ahead."""
         res = JobResult()
-        self._count_removed()
         if job.reset_writer:
             try:
                 self.reopen_writer()
@@ -195,7 +199,6 @@ class SegmentStore:
                 res.sync_error = exc
             if job.settle:
                 self._remover.settle()
-                self._count_removed()
         if job.read_from is not None:
             try:
                 self.read(job.read_from, job.read_budget, res)
@@ -250,7 +253,7 @@ class SegmentStore:
                     if parts:
                         self._pwrite(b"".join(parts), flushed_at)
                         parts, pending = [], 0
-                    self._roll()
+                    self._roll(pos)
                     fnum, pos = self.write_file, 0
                     flushed_at = 0
                 parts.append(_pack(n))
@@ -312,12 +315,13 @@ class SegmentStore:
             view = view[n:]
             offset += n
 
-    def _roll(self) -> None:
+    def _roll(self, size: int) -> None:
         # Sync policy: a completed file is always fsynced before moving on.
         fd = self._writer()
         os.fsync(fd)
         os.close(fd)
         self._wfd = None
+        self._sizes[self.write_file] = size
         self.write_file += 1
         self.write_pos = 0
 
@@ -332,6 +336,8 @@ class SegmentStore:
                     os.remove(self.layout.segment_path(num))
                 except FileNotFoundError:
                     pass
+            for num in range(fnum, self.write_file + 1):
+                self._sizes.pop(num, None)
             self.write_file, self.write_pos = fnum, pos
             self._writer()
         except OSError:
@@ -361,6 +367,8 @@ class SegmentStore:
         assert _swap_file is not None
         err = _swap_file(directory, spare, name, data)
         self.swap_ok = not err
+        if err in CANNOT_SWAP:
+            self._swap = None  # not here (a filesystem or sandbox without the exchange)
         return err
 
     def meta_swap(self, meta: Meta) -> tuple[bytes, bytes, bytes, bytes] | None:
@@ -378,23 +386,28 @@ class SegmentStore:
         :meth:`sync` does after :func:`store_meta`. Called on the event loop while no hop
         runs; the removals it queues run on the remover's thread."""
         self.swap_ok = not err
-        self._count_removed()
         if not err:
             self.meta_on_disk = meta
-            self._delete_below(meta.read_file_num)
+            self._delete_below(meta.read_file_num, on_loop=True)
 
-    def _delete_below(self, num: int) -> None:
+    def _delete_below(self, num: int, on_loop: bool = False) -> None:
         # The removals run on the remover's thread (see .remover): the sync round and
-        # the consumer behind it do not wait while the kernel frees the files.
+        # the consumer behind it do not wait while the kernel frees the files. A
+        # segment's bytes leave the count when its removal is queued.
         for n in range(self._oldest, num):
             if n == self._rnum and self._rfd is not None:
                 os.close(self._rfd)
                 self._rfd, self._rnum = None, -1
-            self._remover.remove(self.layout.segment_path(n))
+            path = self.layout.segment_path(n)
+            size = self._sizes.pop(n, None)
+            if size is None and not on_loop:  # not seen here: the event loop does no stat
+                try:
+                    size = file_size(path)
+                except FileNotFoundError:
+                    continue
+            self._remover.remove(path)
+            self.bytes_on_disk -= size or 0
         self._oldest = max(self._oldest, num)
-
-    def _count_removed(self) -> None:
-        self.bytes_on_disk -= self._remover.freed()
 
     def read(self, at: tuple[int, int], budget: int, res: JobResult) -> None:
         """Read ahead about ``budget`` bytes of records from ``at`` into ``res``."""
@@ -416,6 +429,7 @@ class SegmentStore:
                     continue
                 stop = os.fstat(fd).st_size
                 self._rsize = (fnum, stop)
+                self._sizes[fnum] = stop
                 if pos >= stop:
                     fnum, pos = fnum + 1, 0
                     continue
@@ -429,13 +443,12 @@ class SegmentStore:
             res.records_bytes += span.end - span.start - 4 * len(span.records)
             budget -= span.end - pos
             pos = span.end
-            if (span.problem is None and span.records and self._unverified is not None
-                    and self._unverified[0] == fnum):
-                # Records parsed cleanly from the meta's read position: it is a record
-                # boundary, and the next reads of this segment may go to the native thread.
-                self._unverified = None
-            if span.problem is not None and self._unverified is not None \
-                    and self._unverified[0] == fnum and not self.strict:
+            # The first read from the meta's read position checks it (a record boundary?)
+            # whether or not it met a problem: records that parse cleanly from inside a
+            # record are possible (a length-like field in the payloads). Once checked,
+            # the segment's next reads may go to the native thread (lane_read_from).
+            if ((span.problem is not None or span.records) and self._unverified is not None
+                    and self._unverified[0] == fnum and not self.strict):
                 up = self._unverified[1]
                 self._unverified = None
                 back = realign(self.layout.segment_path(fnum), fnum, up, self.min_size,
@@ -527,7 +540,7 @@ class SegmentStore:
         meta = Meta(0, nxt, 0, nxt, 0)
         self._unverified = None
         self._remover.settle()  # so that the listing below is the final one
-        self._remover.freed()  # counted again below
+        self._sizes.clear()
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None

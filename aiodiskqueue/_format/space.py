@@ -54,6 +54,9 @@ _RENAME_EXCHANGE = 1 << 1
 # A name missing, or no exchange here (EPERM: a sandbox that filters the call); a plain
 # rename by the caller then fails if the error is real.
 _NO_EXCHANGE = (errno.ENOENT, errno.EPERM, errno.EXDEV, *_UNSUPPORTED)
+#: Errors of a native swap (``_writer.swap_file``) that mean it cannot work on this
+#: filesystem or in this sandbox at all: the store stops trying it.
+CANNOT_SWAP = frozenset((errno.EPERM, errno.EXDEV, *_UNSUPPORTED))
 
 
 def reserve_past_end(fd: int, offset: int, length: int) -> bool | None:
