@@ -39,6 +39,8 @@ log = logging.getLogger("aiodiskqueue")
 # sync_every=1, while its fsync runs), so the I/O thread goes straight on to it.
 # Splitting one pending batch into two pipelined hops was measured slower: the I/O
 # thread then waits for the GIL while the loop wakes producers.
+# With two, what follows a meta store on the native meta thread is at most a lane read
+# (see _next_flight, lane.read_first and lane.next_done, which rely on it).
 _MAX_FLIGHTS = 2
 
 
@@ -53,11 +55,11 @@ class _Flight:
     sync_waiters: list[asyncio.Future[None]]
     lane: _LaneWrite | None = None
     read: _lane.LaneRead | None = None
-    meta: Meta | None = None  # a meta store on the lane (see lane.meta_job)
+    meta: Meta | None = None  # a meta store on the native meta thread (lane.meta_job)
 
     @property
     def on_lane(self) -> bool:
-        """Is this a job of the native lane (a write, a read or a meta store), not of the
+        """Is this a job of a native thread (a write, a read or a meta store), not of the
         I/O thread?"""
         return self.lane is not None or self.read is not None or self.meta is not None
 

@@ -310,20 +310,20 @@ def sync_only(flight: _Flight) -> bool:
 
 
 def round_only(flight: _Flight) -> bool:
-    """Is ``flight`` a sync round alone, on the I/O thread or a meta store on the lane
-    (a read may go beside or behind either)?"""
+    """Is ``flight`` a sync round alone, on the I/O thread or a meta store on its native
+    thread (a read may go beside either)?"""
     return flight.meta is not None or sync_only(flight)
 
 
 def meta_job(e: Engine, job: Job) -> _Flight | None:
-    """Send ``job`` to the lane if it is a sync round that only stores the meta (a
-    consumer's, typically) and nothing else is in flight; else None.
+    """Send ``job`` to the native meta thread if it is a sync round that only stores the
+    meta (a consumer's, typically) and nothing else is in flight; else None.
 
     A Python thread takes the GIL back after each system call, and a consumer taking
     ready messages holds it for up to the interpreter's switch interval each time: such
     a round took 8-9 ms on the I/O thread against about 1 ms of system calls, and the
     consumer, which may take only ``sync_every`` messages plus the read-ahead past a
-    stored meta, waited for it. The writer thread needs no GIL.
+    stored meta, waited for it. A native thread needs no GIL.
     """
     from .engine import _Flight
 
@@ -361,7 +361,7 @@ def _meta_lane(e: Engine) -> bool:
 
 
 def meta_result(e: Engine, flight: _Flight) -> JobResult | None:
-    """The JobResult of a finished lane meta store, as the I/O thread's round would give
+    """The JobResult of a finished native meta store, as the I/O thread's round would give
     it. None if it failed: the job then goes to the I/O thread, first in line and with
     its waiters, whose portable steps redo the store or raise what is wrong."""
     meta = flight.meta

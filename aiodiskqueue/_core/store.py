@@ -111,7 +111,7 @@ class SegmentStore:
         self._sizes: dict[int, int] = {}
         self._swap: Swap | None = None  # the meta store's native common case (see open)
         # The last meta store took that native path: the spare exists and names can be
-        # swapped here, so the write lane may store a consumer's meta (see lane.meta_job).
+        # swapped here, so the native meta thread may store a consumer's (lane.meta_job).
         self.swap_ok = False
         self.bytes_on_disk = 0
         self.meta_on_disk: Meta | None = None
@@ -382,7 +382,7 @@ class SegmentStore:
         return (*swap_names(self.layout.meta_path), meta.encode())
 
     def meta_swapped(self, meta: Meta, err: int) -> None:
-        """The write lane stored ``meta`` (``err`` 0), or failed to with ``err``: what
+        """The native meta thread stored ``meta`` (``err`` 0), or failed to with ``err``: what
         :meth:`sync` does after :func:`store_meta`. Called on the event loop while no hop
         runs; the removals it queues run on the remover's thread."""
         self.swap_ok = not err
