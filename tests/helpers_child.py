@@ -75,6 +75,20 @@ async def consume(directory: str, name: str, every: int) -> None:
                 _say(f"S {i}")
 
 
+async def drain(directory: str, name: str, sync_every: int) -> None:
+    # The meta is stored by the count of gets alone (the consumer's rounds, which run on
+    # the native meta thread once a store took the native path); ``M`` once they do.
+    async with DiskQueue(directory, name, sync_every=sync_every, sync_interval=3600.0,
+                         max_bytes_per_file=8192, read_buffer_bytes=4096) as q:
+        _say("READY")
+        native = False
+        async for m in q:
+            _say(f"G {msg_index(m)}")
+            if not native and q._e.meta_lane is not None:
+                native = True
+                _say("M")
+
+
 async def hold(directory: str, name: str) -> None:
     async with DiskQueue(directory, name):
         _say(f"OPEN {os.getpid()}")
@@ -99,6 +113,8 @@ def main(argv: list[str]) -> None:
                             int(args[5])))
     elif mode == "consume":
         asyncio.run(consume(args[0], args[1], int(args[2])))
+    elif mode == "drain":
+        asyncio.run(drain(args[0], args[1], int(args[2])))
     elif mode == "hold":
         asyncio.run(hold(args[0], args[1]))
     elif mode == "try":
