@@ -12,7 +12,6 @@ except ImportError:  # pragma: no cover - built wherever a C compiler is present
     _split_records = None
 
 
-
 def pure_python() -> bool:
     """Does ``AIODISKQUEUE_PURE_PYTHON`` switch the native code off (read at each open)?"""
     return _os.environ.get("AIODISKQUEUE_PURE_PYTHON", "") not in ("", "0")

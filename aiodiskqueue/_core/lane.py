@@ -325,8 +325,6 @@ def meta_job(e: Engine, job: Job) -> _Flight | None:
     consumer, which may take only ``sync_every`` messages plus the read-ahead past a
     stored meta, waited for it. A native thread needs no GIL.
     """
-    from .engine import _Flight
-
     if (e.lane is None or e._flights or not job.sync or job.meta_read is None or job.settle
             or job.payloads is not None or job.read_from is not None
             or job.recount_from is not None or job.reset_writer or e._beside is not None
@@ -337,6 +335,8 @@ def meta_job(e: Engine, job: Job) -> _Flight | None:
     args = st.meta_swap(meta)
     if args is None or not _meta_lane(e):
         return None
+    from .engine import _Flight
+
     assert e.meta_lane is not None
     fut = e.meta_lane.submit_swap(args)
     flight = _Flight(job, fut, e.epoch, e._batch_waiters, e._sync_batch, meta=meta)

@@ -101,13 +101,13 @@ class SegmentStore:
         self._wfd: int | None = None
         self._rfd: int | None = None
         self._rnum = -1
-        self._rsize: tuple[int, int] | None = None  # (segment, size) of a finished one read
         self._data_dirty = False
         self._dir_dirty = False
         self._oldest = 0  # lowest segment number that may still exist
         self._remover = SegmentRemover(layout.name)
-        # The size of each segment written to its end here or opened for reading, so
-        # that a removal queued from the event loop (meta_swapped) needs no stat.
+        # The size of each finished segment written to its end here or opened for
+        # reading: where a lane read stops (lane_read_from), and what a removal queued
+        # from the event loop (meta_swapped) takes off bytes_on_disk without a stat.
         self._sizes: dict[int, int] = {}
         self._swap: Swap | None = None  # the meta store's native common case (see open)
         # The last meta store took that native path: the spare exists and names can be
@@ -428,7 +428,6 @@ class SegmentStore:
                     fnum, pos, recount = fnum + 1, 0, True
                     continue
                 stop = os.fstat(fd).st_size
-                self._rsize = (fnum, stop)
                 self._sizes[fnum] = stop
                 if pos >= stop:
                     fnum, pos = fnum + 1, 0
@@ -496,8 +495,8 @@ class SegmentStore:
             return None
         if fnum == self.write_file:
             stop = self.write_pos
-        elif self._rsize is not None and self._rsize[0] == fnum:
-            stop = self._rsize[1]
+        elif fnum in self._sizes:
+            stop = self._sizes[fnum]
         else:
             return None
         return (self._rfd, stop) if pos < stop else None
