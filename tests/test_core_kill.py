@@ -167,11 +167,14 @@ async def test_consumer_killed_at_least_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-async def test_consumer_killed_while_its_rounds_store_the_meta_natively(tmp_path: Path) -> None:
+async def test_consumer_killed_while_its_rounds_store_the_meta_natively(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A consumer's count rounds store the meta on the native meta thread, and consumed
     # segments are removed on the remover's thread: killed at random points, nothing is
     # skipped, and what comes again after a restart is at most the messages since a
     # stored meta (sync_every plus the small read-ahead).
+    pytest.importorskip("aiodiskqueue._core._writer", reason="the native module is not built")
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")  # the child too, whatever the suite runs
     directory = tmp_path / "q"
     total, sync_every = 3000, 20
     async with DiskQueue(directory, "q", max_bytes_per_file=8192) as q:
