@@ -464,15 +464,7 @@ class Engine(ErrorPaths):
             n = len(job.payloads)
             self.unwritten -= n
             if res.write_error is not None:
-                err = DiskQueueError(
-                    f"write to {self.layout.segment_path(self.write_at[0])} failed, "
-                    f"{n} message(s) not stored: {res.write_error}")
-                err.__cause__ = res.write_error
-                self._log_error(str(res.write_error), "%s", err)
-                self.since_sync = max(0, self.since_sync - n)
-                if not batch:
-                    self._note_unstored(n, err)
-                fail(batch, err)
+                self._write_failed(n, batch, res.write_error)
             else:
                 if not stale:
                     self.depth += n

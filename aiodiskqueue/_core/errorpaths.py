@@ -98,6 +98,18 @@ class ErrorPaths(QueueBuffers):
         """
         self.meta_held = True
 
+    def _write_failed(self, n: int, batch: list[asyncio.Future[None]], exc: OSError) -> None:
+        """A hop's write of ``n`` messages failed: fail the puts waiting for it, or keep
+        the error for the next ``sync()`` if they were ``put_nowait`` calls."""
+        err = DiskQueueError(f"write to {self.layout.segment_path(self.write_at[0])} failed, "
+                             f"{n} message(s) not stored: {exc}")
+        err.__cause__ = exc
+        self._log_error(str(exc), "%s", err)
+        self.since_sync = max(0, self.since_sync - n)
+        if not batch:
+            self._note_unstored(n, err)
+        fail(batch, err)
+
     def _note_unstored(self, n: int, err: DiskQueueError) -> None:
         """Keep the failure of a ``put_nowait`` batch for the next ``sync()``: one error
         counting every message lost since the last one was reported."""
