@@ -304,14 +304,16 @@ def _backlog(n: int) -> list[bytes]:
 
 async def _reopen_with_backlog(tmp_path: Path, old: list[bytes], read_buffer_bytes: int
                                ) -> DiskQueue:
-    """The queue with ``old`` stored, reopened and its first message taken (the first
-    read after an open is the I/O thread's; the next may go to the lane)."""
+    """The queue with ``old`` stored, reopened, its first message taken (the first
+    read after an open is the I/O thread's; the next may go to the lane) and the meta
+    stored once after open (it follows that read)."""
     opts: dict[str, Any] = {"sync_every": 400, "sync_interval": 3600.0,
                             "read_buffer_bytes": read_buffer_bytes}
     async with DiskQueue(tmp_path, "q", **opts) as q:
         await q.put_many(old)
     q = await DiskQueue.open(tmp_path, "q", **opts)
     assert await q.get() == old[0]
+    await q.sync()
     return q
 
 

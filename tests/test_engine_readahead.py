@@ -29,7 +29,7 @@ def lane_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = _lane.WriteLane.submit_read
 
-    def spy(self: _lane.WriteLane, fd: int, buf: bytearray, offset: int, nbytes: int) -> Any:
+    def spy(self: _lane.WriteLane, fd: int, buf: Any, offset: int, nbytes: int) -> Any:
         calls.append(nbytes)
         return real(self, fd, buf, offset, nbytes)
 
@@ -218,3 +218,65 @@ async def test_a_failing_sync_round_does_not_starve_the_consumer(
             await asyncio.gather(*producers, return_exceptions=True)
             monkeypatch.undo()
         assert taken == 10_000, f"the consumer took {taken} while {puts_then} were put"
+
+
+@pytest.mark.parametrize("pure", [False, True])
+async def test_the_first_read_after_open_is_short_where_the_lane_reads_what_follows(
+        tmp_path: Path, lane_reads: list[int], monkeypatch: pytest.MonkeyPatch,
+        pure: bool) -> None:
+    # The I/O thread's first read (it opens the segment and checks the meta's read
+    # position) takes only OPENING_READ_BYTES: the consumer's first messages do not wait
+    # for the whole read-ahead to be parsed. Without the native thread it reads it all.
+    from aiodiskqueue._core import store as _store
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1" if pure else "0")
+    if not pure and not _lane.available():
+        pytest.skip("the native module is not built")
+    budgets: list[int] = []
+    real = _store.SegmentStore.read
+
+    def spy(self: Any, at: tuple[int, int], budget: int, res: Any) -> None:
+        budgets.append(budget)
+        real(self, at, budget, res)
+
+    monkeypatch.setattr(_store.SegmentStore, "read", spy)
+    n = 1200  # 1.2 MB of records: more than the opening read, less than the read-ahead
+    async with DiskQueue(tmp_path, "q") as q:
+        await q.put_many([payload(i) for i in range(n)])
+    async with DiskQueue(tmp_path, "q") as q:
+        got = [await q.get() for _ in range(n)]
+    assert got == [payload(i) for i in range(n)]
+    if pure:
+        assert budgets[0] == 4 * 1024 * 1024
+        assert lane_reads == []
+    else:
+        assert budgets[0] == _lane.OPENING_READ_BYTES
+        assert len(budgets) == 1  # the rest on the native thread
+        # The opening read ends with a whole record: the one its budget cut into.
+        assert sum(lane_reads) >= n * (SIZE + 4) - _lane.OPENING_READ_BYTES - (SIZE + 4)
+
+
+async def test_the_meta_stored_after_open_follows_the_first_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The meta a queue stores once after open goes after the first read ahead, not in
+    # its hop: the first messages of a reopened backlog do not wait for its fsyncs.
+    from aiodiskqueue._core import store as _store
+    jobs: list[tuple[bool, bool]] = []
+    real = _store.SegmentStore.run
+
+    def spy(self: Any, job: Any) -> Any:
+        jobs.append((job.read_from is not None, job.sync))
+        return real(self, job)
+
+    await fill(tmp_path, 50)
+    monkeypatch.setattr(_store.SegmentStore, "run", spy)
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000,
+                         sync_interval=3600.0) as q:
+        assert await q.get() == payload(0)
+        assert jobs[0] == (True, False)  # the first hop reads and stores nothing
+        for _ in range(500):  # the meta follows without any sync() or timer
+            if q.statistics().syncs:
+                break
+            await asyncio.sleep(0.01)
+        assert q.statistics().syncs == 1
+        assert [await q.get() for _ in range(49)] == [payload(i) for i in range(1, 50)]
+

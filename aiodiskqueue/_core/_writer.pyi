@@ -1,5 +1,6 @@
 """Type stub for the native write lane and record splitter (built from _writer.c)."""
 
+import mmap
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +28,8 @@ class Writer:
     def submit_records(self, fd: int, payloads: Sequence[bytes], offset: int, sync: bool,
                        /) -> int:
         """Queue ``payloads`` as records (pwritev, no copy); returns the bytes to write."""
-    def submit_read(self, fd: int, buf: bytearray, offset: int, nbytes: int, /) -> None:
+    def submit_read(self, fd: int, buf: bytearray | mmap.mmap, offset: int, nbytes: int, /
+                    ) -> None:
         """Queue a pread of ``nbytes`` at ``offset`` into ``buf``, filled once the job is
         reaped (its result's first item is the bytes read)."""
     def submit_swap(self, directory: bytes, spare: bytes, name: bytes, data: bytes, /) -> None:

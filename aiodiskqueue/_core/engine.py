@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ class Engine(ErrorPaths):
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
         self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
         self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
-        self._read_buf: bytearray | None = None  # what lane reads read into
+        self._read_buf: mmap.mmap | None = None  # what lane reads read into
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -286,6 +287,8 @@ class Engine(ErrorPaths):
 
     def _dispatch(self, job: Job) -> _Flight:
         assert self.io is not None
+        if job.read_from is not None:
+            job.read_budget = _lane.io_read_budget(self, job.read_budget)
         flight = _Flight(job, self.io.run(self.store.run, job), self.epoch,
                          self._batch_waiters, self._sync_batch)
         self._batch_waiters = []
@@ -404,7 +407,12 @@ class Engine(ErrorPaths):
             self._batch_waiters = []
         closing = self.state is Lifecycle.CLOSING
         dirty = self.since_sync > 0 or self._meta_changed()
-        force = (self._force_meta or bool(self.sync_waiters) or closing
+        # The meta stored once after open comes after the first read ahead, not in its hop:
+        # a reopened backlog's first messages do not wait for two fsyncs, and the meta
+        # then goes to the native meta thread beside the next read (lane.meta_job).
+        first_read = (self._force_meta and self._last_meta is None and read and not closing
+                      and not job.payloads and not self.sync_waiters and self._read_due())
+        force = ((self._force_meta and not first_read) or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
         if ((force or (self.since_sync >= self._sync_at
                        and (self._sync_may_retry() or (job.payloads and self.sync_every == 1))))
