@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helpers_format import seg_name
 
-from aiodiskqueue import CorruptionError, DiskQueue
+from aiodiskqueue import CorruptionError, DiskQueue, QueueEmpty
 from aiodiskqueue._core import lane as _lane
 from aiodiskqueue._format.meta import Meta, store_meta
 
@@ -280,3 +280,39 @@ async def test_the_meta_stored_after_open_follows_the_first_read(
         assert q.statistics().syncs == 1
         assert [await q.get() for _ in range(49)] == [payload(i) for i in range(1, 50)]
 
+
+async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_made_due(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A consumer taking ready messages without a break does not let the ioLoop run. When
+    # it reaches the low-water mark with a sync round due, the round goes out first and the
+    # read beside it at once, from the take itself: before, the read waited until the
+    # consumer ran dry and the ioLoop ran.
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")
+    if not _lane.available():
+        pytest.skip("the native module is not built")
+    beside: list[list[bool]] = []
+    tight = [False]
+    real = _lane.dispatch_read
+
+    def spy(e: Any, *args: Any) -> Any:
+        if tight[0]:
+            beside.append([_lane.round_only(f) for f in e._flights])
+        return real(e, *args)
+
+    monkeypatch.setattr(_lane, "dispatch_read", spy)
+    await fill(tmp_path, PER_FILE)
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
+                         sync_every=5, sync_interval=3600.0) as q:
+        got = [await q.get()]
+        await asyncio.sleep(0.1)  # the read-ahead is full, the ioLoop idle
+        tight[0] = True
+        try:
+            while True:
+                got.append(q.get_nowait())
+        except QueueEmpty:
+            pass
+        tight[0] = False
+        assert beside == [[True]], beside  # one read, sent beside the round
+        while len(got) < PER_FILE:
+            got.append(await asyncio.wait_for(q.get(), 5))
+    assert got == [payload(i) for i in range(PER_FILE)]

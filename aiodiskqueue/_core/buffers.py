@@ -105,7 +105,10 @@ class QueueBuffers:
         self.ready: deque[bytes] = deque()
         self.ready_bytes = 0  # payload bytes in ready
         self.runs = Runs()
-        self.low_water = opts.read_buffer_bytes // 2
+        # The next read goes out once a quarter of the read-ahead is taken: a consumer of
+        # get_many() takes ready messages in 0.1-0.2 us each, so half of 4 MiB lasted less
+        # than the read of the next 2 MiB, and it ran dry at each one.
+        self.low_water = opts.read_buffer_bytes * 3 // 4
         self.read_at = (0, 0)  # read-ahead cursor
         self.depth = 0  # written and not yet taken (ready messages included)
         self.epoch = 0  # bumped by purge: results of older hops are stale

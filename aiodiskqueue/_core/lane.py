@@ -471,18 +471,30 @@ def dispatch_read(e: Engine, job: Job, fd: int, pos: int, nbytes: int) -> _Fligh
 def refill(e: Engine) -> None:
     """The consumer took the read-ahead down to its low-water mark while unread data
     waits on disk: send the next read now if nothing but a sync round is in flight (the
-    consumer goes on taking what is ready meanwhile), else wake the ioLoop for it."""
+    consumer goes on taking what is ready meanwhile), else wake the ioLoop for it.
+
+    A sync round that is due goes first (read_first), and the read beside it at once: a
+    consumer that takes ready messages without a break does not let the ioLoop run, so
+    the read would otherwise wait until the read-ahead ran dry.
+    """
     e.refill_at = -1
     flights = e._flights
-    if (((e._parked and not flights) or (len(flights) == 1 and round_only(flights[0])))
-            and not e.purge_waiters and e._kick_error is None
-            and e.state is Lifecycle.OPEN):
-        sent = send_next_flight(e)
-        if sent is not False:
-            if sent:
-                wake(e.put_req)
-            return
-    wake(e.read_slot)
+    sent = False
+    while (((e._parked and not flights) or (len(flights) == 1 and round_only(flights[0])))
+           and not e.purge_waiters and e._kick_error is None
+           and e.state is Lifecycle.OPEN):
+        now = send_next_flight(e)
+        if now is None:
+            return  # the ioLoop was woken for the error
+        if not now:
+            break
+        sent = True
+        if flights[-1].read is not None:
+            break
+    if sent:
+        wake(e.put_req)
+    else:
+        wake(e.read_slot)
 
 
 def send_next_flight(e: Engine) -> bool | None:
