@@ -26,7 +26,7 @@ from .._format.layout import Layout
 from .._format.meta import Meta
 from .._format.scan import Record
 from ..errors import CorruptionError, DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
-from .options import Options, Statistics
+from .options import MiB, Options, Statistics
 from .position import Runs, Stretch
 
 
@@ -105,10 +105,12 @@ class QueueBuffers:
         self.ready: deque[bytes] = deque()
         self.ready_bytes = 0  # payload bytes in ready
         self.runs = Runs()
-        # The next read goes out once a quarter of the read-ahead is taken: a consumer of
-        # get_many() takes ready messages in 0.1-0.2 us each, so half of 4 MiB lasted less
-        # than the read of the next 2 MiB, and it ran dry at each one.
-        self.low_water = opts.read_buffer_bytes * 3 // 4
+        # The next read goes out once half of the read-ahead is taken, or 1 MiB of it if
+        # that comes first: a consumer of get_many() takes ready messages in 0.1-0.2 us
+        # each, so half of 4 MiB lasted less than the read of the next 2 MiB, and it ran
+        # dry at each one. (A small read-ahead keeps half: a read per message or two
+        # would cost more hops than it saves.)
+        self.low_water = max(opts.read_buffer_bytes // 2, opts.read_buffer_bytes - MiB)
         self.read_at = (0, 0)  # read-ahead cursor
         self.depth = 0  # written and not yet taken (ready messages included)
         self.epoch = 0  # bumped by purge: results of older hops are stale
