@@ -304,7 +304,11 @@ async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_ma
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
                          sync_every=5, sync_interval=3600.0) as q:
         got = [await q.get()]
-        await asyncio.sleep(0.1)  # the read-ahead is full, the ioLoop idle
+        e = q._e
+        for _ in range(500):  # until the read-ahead is full and the ioLoop idle
+            if e._parked and not e._flights and e.statistics().syncs:
+                break
+            await asyncio.sleep(0.01)
         tight[0] = True
         try:
             while True:
