@@ -54,6 +54,26 @@ async def _producer_round(tmp_path: Path, r: int, sync_every: int, max_bytes: in
     return acked
 
 
+async def _kill_after_gets(child: Child, gets: int) -> list[str]:
+    """The lines a consumer child prints (``G i`` per message taken, and the rest) when
+    it is SIGKILLed after its ``gets``-th ``G`` line (at once with 0)."""
+    events: list[str] = []
+    try:
+        assert await child.line() == "READY", child.stderr()
+        seen = 0
+        while seen < gets:
+            line = await child.line()
+            assert line is not None, child.stderr()
+            events.append(line)
+            seen += line.startswith("G ")
+        child.kill()
+        events += await child.rest()
+    finally:
+        child.kill()
+        await child.wait()
+    return events
+
+
 async def _check_all_acknowledged(directory: Path, rounds: list[Acked]) -> None:
     async with DiskQueue(directory, "q") as q:
         got = [msg_index(await q.get()) for _ in range(q.qsize())]
@@ -133,20 +153,7 @@ async def test_consumer_killed_at_least_once(tmp_path: Path) -> None:
         child = await Child.spawn(tmp_path / "stderr.txt", "consume", str(directory), "q",
                                   str(every))
         target = rng.choice([0, 1, rng.randrange(2, 400)])
-        events: list[str] = []
-        try:
-            assert await child.line() == "READY", child.stderr()
-            gets = 0
-            while gets < target and last_got + gets < total - 1:
-                line = await child.line()
-                assert line is not None, child.stderr()
-                events.append(line)
-                gets += line.startswith("G ")
-            child.kill()
-            events += await child.rest()
-        finally:
-            child.kill()
-            await child.wait()
+        events = await _kill_after_gets(child, min(target, total - 1 - last_got))
         got = [int(e[2:]) for e in events if e.startswith("G ")]
         if got:
             # Not redelivered if synced; nothing skipped: the first is in (synced, got + 1].
@@ -188,20 +195,7 @@ async def test_consumer_killed_while_its_rounds_store_the_meta_natively(
         child = await Child.spawn(tmp_path / "stderr.txt", "drain", str(directory), "q",
                                   str(sync_every))
         target = rng.choice([1, rng.randrange(2, 600)])
-        events: list[str] = []
-        try:
-            assert await child.line() == "READY", child.stderr()
-            gets = 0
-            while gets < target and last_got + gets < total - 1:
-                line = await child.line()
-                assert line is not None, child.stderr()
-                events.append(line)
-                gets += line.startswith("G ")
-            child.kill()
-            events += await child.rest()
-        finally:
-            child.kill()
-            await child.wait()
+        events = await _kill_after_gets(child, min(target, total - 1 - last_got))
         native = native or "M" in events
         got = [int(e[2:]) for e in events if e.startswith("G ")]
         if got:
