@@ -410,9 +410,9 @@ class Engine(ErrorPaths):
         # The meta stored once after open comes after the first read ahead, not in its hop:
         # a reopened backlog's first messages do not wait for two fsyncs, and the meta
         # then goes to the native meta thread beside the next read (lane.meta_job).
-        first_read = (self._force_meta and self._last_meta is None and read and not closing
-                      and not job.payloads and not self.sync_waiters and not self.ready
-                      and not self.gets and self._read_due())
+        first_read = (self._force_meta and read and not closing and not job.payloads
+                      and not self.sync_waiters and not self.ready and not self.gets
+                      and self._read_due())
         force = ((self._force_meta and not first_read) or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
         if ((force or (self.since_sync >= self._sync_at
