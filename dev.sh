@@ -13,7 +13,9 @@ setup() {
   if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$1]"
+  # --no-compile: pip would byte-compile all of pyspark (half a minute); Python
+  # compiles what is imported anyway.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -e ".[$1]"
 }
 
 case "${1:-}" in

@@ -33,8 +33,18 @@ LINT_PATHS = ["aiodiskqueue", "tests", "bench", "examples", "noxfile.py", "mkdoc
 # and kill tests (``slow``) and the Spark cluster and Connect tests (``cluster``): those
 # depend on the operating system and Spark, not on the Python version or on how the
 # package was installed, and `bash dev.sh test` (Python 3.11, what CI runs first) runs
-# every test. Pass pytest arguments to run something else, e.g. ``-- -q``.
+# every test. The tests on the local SparkSession (``jvm``, about three minutes of each
+# run) run on the newest Python too, so on both ends of the supported range; on 3.12
+# and for the installed wheel only their ``smoke`` set runs: a batch write, a batch
+# read and a consuming stream through Spark's Python workers. The tests of the Spark
+# source that need no JVM (planning, staging, listing) run everywhere. Pass pytest
+# arguments to run something else, e.g. ``-- -q``.
 MATRIX_PYTEST = ["-q", "--durations=15", "-m", "not slow and not cluster"]
+SMOKE_PYTEST = ["-q", "--durations=15", "-m", "not slow and not cluster and (not jvm or smoke)"]
+JVM_EVERYWHERE = {"3.11", "3.13"}
+# pip byte-compiles every installed module (pyspark's thousands among them) unless told
+# not to: half a minute per environment. Python compiles what a test imports anyway.
+PIP_INSTALL = ["--no-compile"]
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
@@ -73,8 +83,9 @@ def tests(session: nox.Session) -> None:
     (`bash dev.sh test` also runs the core tests on the pure-Python write path;
     that path is plain Python, so CI runs that pass on 3.11 only.)
     """
-    session.install("-e", f".[{EXTRAS}]")
-    _pytest(session, *(session.posargs or MATRIX_PYTEST))
+    session.install(*PIP_INSTALL, "-e", f".[{EXTRAS}]")
+    default = MATRIX_PYTEST if session.python in JVM_EVERYWHERE else SMOKE_PYTEST
+    _pytest(session, *(session.posargs or default))
 
 
 @nox.session(python="3.11")
@@ -117,7 +128,7 @@ def wheel(session: nox.Session) -> None:
     session.run("python", "-m", "venv", str(venv))
     vpy = str(venv / "bin" / "python")
     session.run(vpy, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                f"{repaired}[{EXTRAS}]", external=True)
+                *PIP_INSTALL, f"{repaired}[{EXTRAS}]", external=True)
     work = Path(tempfile.mkdtemp(prefix="aiodiskqueue-wheel-tests-"))
     try:
         for part in ("tests", "bench", "examples"):
@@ -130,7 +141,7 @@ def wheel(session: nox.Session) -> None:
                      "sys.exit(0 if '/site-packages/' in f and lane.available() else 1)")
             session.run(vpy, "-c", check, external=True)
             session.run(vpy, "-m", "pytest", "-p", "no:cacheprovider",
-                        *(session.posargs or MATRIX_PYTEST), external=True)
+                        *(session.posargs or SMOKE_PYTEST), external=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -102,6 +102,14 @@ def pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "1")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``jvm`` every test that takes the ``spark`` fixture (the local SparkSession):
+    the CI matrix selects on it (noxfile.py, ``MATRIX_PYTEST``)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.jvm)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for the whole test run, with the ``diskqueue`` format

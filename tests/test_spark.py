@@ -139,6 +139,7 @@ def test_batch_read_positions_point_at_records(spark: SparkSession, copy_fixture
             assert f.read(n) == bytes(row.payload)
 
 
+@pytest.mark.smoke
 def test_batch_read_glob_many_queues_many_partitions(spark: SparkSession,
                                                      copy_fixture: CopyFixture,
                                                      tmp_path: Path) -> None:
@@ -249,6 +250,7 @@ def write_df(df: DataFrame, path: Path, name: str, **options: str) -> None:
     w.mode("append").save()
 
 
+@pytest.mark.smoke
 def test_write_then_read_back_with_diskqueue(spark: SparkSession, tmp_path: Path) -> None:
     asyncio.run(fill(tmp_path, "out", [b"old-%d" % i for i in range(7)]))
     df = spark.range(0, 3000, numPartitions=3).select(
@@ -339,6 +341,7 @@ def sink_payloads(spark: SparkSession, out: Path) -> list[bytes]:
     return [bytes(r.payload) for r in spark.read.parquet(str(out / "data")).collect()]
 
 
+@pytest.mark.smoke
 def test_stream_consume_restart_no_loss_no_dups(spark: SparkSession, tmp_path: Path) -> None:
     qdir, out = tmp_path / "q", tmp_path / "out"
     first = [b"e%05d" % i for i in range(1000)]
