@@ -4,6 +4,7 @@ meta, torn tails, consumed leftovers. State is rebuilt from the segments."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -263,6 +264,33 @@ async def test_meta_read_pos_inside_a_record_redelivers_it(tmp_path: Path,
         assert q.qsize() == 0
     # Record 1 holds the position: it comes again; nothing is skipped or quarantined.
     assert got == msgs[1:]
+    assert bad_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("same_file", [True, False], ids=["read-in-write-file",
+                                                          "read-in-earlier-file"])
+@pytest.mark.parametrize("damaged", [0, 2], ids=["first-record", "third-record"])
+async def test_damage_before_the_read_position_loses_nothing_after_it(
+        tmp_path: Path, same_file: bool, damaged: int) -> None:
+    # A consumed record of the read segment is damaged: its length now runs past the
+    # end of the file, so the records from the segment's start no longer reach the
+    # meta's read position. That position is still a record boundary and the records
+    # after it are whole: all of them come, and nothing is quarantined.
+    msgs = msgs_of(30)
+    max_bytes = 10_000 if same_file else 100
+    consumed = 3
+    meta = write_queue(tmp_path, "q", msgs, max_bytes, consumed=consumed)
+    assert meta.read_pos > 0 and (same_file == (meta.read_file == meta.write_file))
+    path = tmp_path / seg_name("q", meta.read_file)
+    at = sum(4 + len(m) for m in msgs[:damaged])
+    patch_bytes(path, at, path.stat().st_size.to_bytes(4, "big"))
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=max_bytes) as q:
+        assert q.qsize() == len(msgs) - consumed
+        got = []
+        with contextlib.suppress(TimeoutError):  # a lost record: qsize() never reached
+            while q.qsize():
+                got.append(await asyncio.wait_for(q.get(), 5))
+    assert got == msgs[consumed:]
     assert bad_files(tmp_path) == []
 
 

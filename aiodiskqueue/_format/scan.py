@@ -149,13 +149,32 @@ def scan_segment(
 
 def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) -> int | None:
     """None if ``pos`` is a record boundary of the segment (or damage lies before it);
-    else the last record boundary before ``pos``.
+    else the start of the whole record holding ``pos``, or the end of the segment's
+    records if ``pos`` is past the end of the file.
+
+    The records from the segment's start must reach ``pos`` in a chain of whole records
+    for ``pos`` to be inside one. Where the chain breaks before ``pos`` (a length out of
+    range, or a record that the file's end cuts off), the bytes before ``pos`` are
+    damaged, and ``pos`` is trusted: the records after it are intact. This is the rule
+    of ``aiodiskqueue verify`` (``tools/inspect.py``).
 
     Reads the segment from its start: call it only after a problem was found.
     """
     s = scan_segment(path, file_num, 0, pos, min_size, max_size)
     if s.end == pos or s.problem == BAD_LENGTH:
         return None
+    if pos > s.size:
+        return s.end
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        head = os.pread(fd, HEADER_SIZE, s.end)
+    finally:
+        os.close(fd)
+    if len(head) < HEADER_SIZE:
+        return None  # not even a length field before the file's end
+    (n,) = HEADER.unpack(head)
+    if n < min_size or n > max_size or s.end + HEADER_SIZE + n > s.size:
+        return None  # the record at s.end is not whole: damage before pos
     return s.end
 
 
