@@ -390,7 +390,9 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
             new_read = (num, start)
         else:
             w = walk_segment(path, num, 0, min_size, max_size, marks, progress)
-        unread = w.records - consumed
+        # A walk from the segment's start counted the consumed records too; one from
+        # the read position (damage before it) did not.
+        unread = w.records - (consumed if w.start == 0 else 0)
         if start > w.end:
             unread = 0
         idx_unread, tail = unread, 0
