@@ -320,3 +320,45 @@ async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_ma
         while len(got) < PER_FILE:
             got.append(await asyncio.wait_for(q.get(), 5))
     assert got == [payload(i) for i in range(PER_FILE)]
+
+
+async def test_a_round_a_take_starts_leaves_the_message_in_hand_unconsumed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sync round that a take makes due goes out from the take itself, to a thread
+    # that stores the meta beside the caller. The message that take is handing out has
+    # not reached its caller yet: the stored position must stop before it, or a kill
+    # before the caller has it (or while it handles it without an await) loses it.
+    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")
+    if not _lane.available():
+        pytest.skip("the native module is not built")
+    seen: list[tuple[Any, Any, Any]] = []
+    real = _lane.dispatch_read
+
+    def spy(e: Any, *args: Any) -> Any:
+        for f in e._flights:
+            if f.job.meta_read is not None and e.handing:
+                seen.append((f.job.meta_read, e.stored_at(), e.consumer_at()))
+        return real(e, *args)
+
+    monkeypatch.setattr(_lane, "dispatch_read", spy)
+    await fill(tmp_path, PER_FILE)
+    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
+                         sync_every=5, sync_interval=3600.0) as q:
+        got = [await q.get()]
+        e = q._e
+        for _ in range(500):  # until the read-ahead is full and the ioLoop idle
+            if e._parked and not e._flights and e.statistics().syncs:
+                break
+            await asyncio.sleep(0.01)
+        try:
+            while True:
+                got.append(q.get_nowait())
+        except QueueEmpty:
+            pass
+        assert seen, "no round was sent from a take"
+        for stored, in_hand_excluded, taken in seen:
+            assert stored == in_hand_excluded != taken
+        while len(got) < PER_FILE:
+            got.append(await asyncio.wait_for(q.get(), 5))
+        await q.sync()
+    assert got == [payload(i) for i in range(PER_FILE)]

@@ -121,6 +121,10 @@ class QueueBuffers:
         self.sync_waiters: list[asyncio.Future[None]] = []
         self.purge_waiters: list[asyncio.Future[None]] = []
         self.since_sync = 0
+        # Messages a take has popped and not yet returned to its caller (count, payload
+        # bytes): a meta stored meanwhile leaves them unconsumed (see stored_at).
+        self.handing = 0
+        self.handing_bytes = 0
 
         self.puts = 0
         self.gets = 0
@@ -163,6 +167,14 @@ class QueueBuffers:
         """The consumer position: ``(file_num, offset)`` just past the last message taken."""
         ready = self.ready
         return self.runs.at(len(ready), self.ready_bytes + HEADER_SIZE * len(ready))
+
+    def stored_at(self) -> tuple[int, int]:
+        """The consumer position a meta stored now holds: :meth:`consumer_at` less the
+        messages a take is handing out (popped, not yet returned). A round that a take
+        starts runs beside the caller on another thread: were the caller killed before
+        it had them, or while it handles them without an await, they must come again."""
+        n = len(self.ready) + self.handing
+        return self.runs.at(n, self.ready_bytes + self.handing_bytes + HEADER_SIZE * n)
 
     def add_ready(self, batch: list[Record] | Stretch, payload_bytes: int) -> None:
         """Records read or handed over (``payload_bytes`` of payloads) join the
@@ -323,7 +335,11 @@ class QueueBuffers:
         # messages does not let it run until the buffer is empty.
         if (left <= self.refill_at or since == self.sync_every or self.putters
                 or self.state is not QUEUE_OPEN):
-            self._after_take()
+            self.handing, self.handing_bytes = 1, len(payload)
+            try:
+                self._after_take()
+            finally:
+                self.handing = self.handing_bytes = 0
         return payload
 
     def _may_take(self) -> None:
@@ -343,18 +359,25 @@ class QueueBuffers:
 
     def take_more(self, out: list[bytes], max_items: int) -> None:
         """Append up to ``max_items`` more ready messages to ``out`` in one step: the
-        same bookkeeping as that many ``take()`` calls."""
+        same bookkeeping as that many ``take()`` calls. ``out`` holds only messages
+        taken in the same step, not yet returned to the caller."""
         ready = self.ready
         k = min(max_items, len(ready))
         if k <= 0:
             return
         taken = list(starmap(ready.popleft, repeat((), k)))  # a loop in C: half the cost
         out.extend(taken)
-        self.ready_bytes -= sum(map(len, taken))
+        nbytes = sum(map(len, taken))
+        self.ready_bytes -= nbytes
         self.depth -= k
         self.gets += k
         self.since_sync += k
-        self._after_take()
+        # out holds the messages taken in this same step (the first by take()): in hand.
+        self.handing, self.handing_bytes = len(out), nbytes + sum(map(len, out[:-k]))
+        try:
+            self._after_take()
+        finally:
+            self.handing = self.handing_bytes = 0
 
     def untake(self, payloads: list[bytes]) -> None:
         """Put back the last ``payloads`` taken, in order, with nothing taken since: the

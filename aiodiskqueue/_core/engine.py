@@ -422,13 +422,13 @@ class Engine(ErrorPaths):
             job.settle = bool(self.sync_waiters)  # sync() returns with consumed files gone
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
-            consumer_at = self.consumer_at()
+            consumer_at = self.stored_at()  # a take's messages in hand stay unconsumed
             store_meta = (force or consumer_at != self._last_read()
                           or self.write_at[0] != self._last_write_file())
             if store_meta:
                 job.meta_read = consumer_at
-                job.meta_depth = self.depth
-            self.since_sync = 0
+                job.meta_depth = self.depth + self.handing
+            self.since_sync = self.handing
             self._force_meta = False
             self._sync_due_at = loop.time() + self.opts.sync_interval
         else:
