@@ -4,7 +4,9 @@ a segment (met by a lane read) ends exactly as on the Python I/O thread."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +283,21 @@ async def test_the_meta_stored_after_open_follows_the_first_read(
         assert [await q.get() for _ in range(49)] == [payload(i) for i in range(1, 50)]
 
 
+async def _take_ready_without_yielding(q: DiskQueue, got: list[bytes],
+                                       before: Callable[[], None] = lambda: None) -> None:
+    """Wait until the read-ahead is full and the ioLoop idle, call ``before``, then take
+    every ready message with ``get_nowait()`` and no await between them."""
+    e = q._e
+    for _ in range(500):
+        if e._parked and not e._flights and e.statistics().syncs:
+            break
+        await asyncio.sleep(0.01)
+    before()
+    with contextlib.suppress(QueueEmpty):
+        while True:
+            got.append(q.get_nowait())
+
+
 async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_made_due(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A consumer taking ready messages without a break does not let the ioLoop run. When
@@ -304,17 +321,7 @@ async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_ma
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
                          sync_every=5, sync_interval=3600.0) as q:
         got = [await q.get()]
-        e = q._e
-        for _ in range(500):  # until the read-ahead is full and the ioLoop idle
-            if e._parked and not e._flights and e.statistics().syncs:
-                break
-            await asyncio.sleep(0.01)
-        tight[0] = True
-        try:
-            while True:
-                got.append(q.get_nowait())
-        except QueueEmpty:
-            pass
+        await _take_ready_without_yielding(q, got, lambda: tight.__setitem__(0, True))
         tight[0] = False
         assert beside == [[True]], beside  # one read, sent beside the round
         while len(got) < PER_FILE:
@@ -345,16 +352,7 @@ async def test_a_round_a_take_starts_leaves_the_message_in_hand_unconsumed(
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
                          sync_every=5, sync_interval=3600.0) as q:
         got = [await q.get()]
-        e = q._e
-        for _ in range(500):  # until the read-ahead is full and the ioLoop idle
-            if e._parked and not e._flights and e.statistics().syncs:
-                break
-            await asyncio.sleep(0.01)
-        try:
-            while True:
-                got.append(q.get_nowait())
-        except QueueEmpty:
-            pass
+        await _take_ready_without_yielding(q, got)
         assert seen, "no round was sent from a take"
         for stored, in_hand_excluded, taken in seen:
             assert stored == in_hand_excluded != taken
