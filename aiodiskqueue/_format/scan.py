@@ -156,15 +156,16 @@ def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) ->
     for ``pos`` to be inside one. Where the chain breaks before ``pos`` (a length out of
     range, or a record that the file's end cuts off), the bytes before ``pos`` are
     damaged, and ``pos`` is trusted: the records after it are intact. This is the rule
-    of ``aiodiskqueue verify`` (``tools/inspect.py``).
+    of every reader: the queue, recovery on open, the Spark source, ``follow``, and
+    ``verify`` and ``repair`` (``tools/inspect.py``).
 
     Reads the segment from its start: call it only after a problem was found.
     """
     s = scan_segment(path, file_num, 0, pos, min_size, max_size)
-    if s.end == pos or s.problem == BAD_LENGTH:
-        return None
     if pos > s.size:
         return s.end
+    if s.end == pos or s.problem == BAD_LENGTH:
+        return None
     fd = os.open(path, os.O_RDONLY)
     try:
         head = os.pread(fd, HEADER_SIZE, s.end)

@@ -29,7 +29,7 @@ from typing import Any
 from .._format.layout import Layout
 from .._format.lock import lock_holder
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
-from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans
+from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans, realign
 from ..errors import QueueNotFound
 
 ERROR = "error"
@@ -363,30 +363,29 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
         consumed = 0
         if is_read and rp > 0:
             pre = walk_segment(path, num, 0, min_size, max_size, (rp, *marks), progress)
-            mark = pre.marks.get(rp)
-            if mark is not None and mark.boundary:
+            mark = pre.marks[rp]
+            # Where reading starts is the queue's own rule (scan.realign); the walk
+            # only counts the records on either side of it.
+            back = realign(path, num, rp, min_size, max_size)
+            if back is None and mark.boundary:
                 w = pre
                 start, consumed = rp, pre.before(rp)
-            elif mark is not None and pre.end >= rp:
-                # The read position falls inside a whole record: go back to its
-                # start, delivering it again rather than losing it.
-                problems.append(Problem("bad position", ERROR, name(path), rp,
-                                        "read position is not at a record boundary (the "
-                                        f"record around it starts at {mark.prev_boundary})"))
-                w = pre
-                start, consumed = mark.prev_boundary, mark.before
-            elif pre.size < rp:
-                problems.append(Problem("bad position", ERROR, name(path), rp,
-                                        f"read position is past the end of the file "
-                                        f"({pre.size} bytes)"))
-                w = pre
-                start, consumed = pre.end, pre.records
-            else:
+            elif back is None:
                 # Damage before the read position: already consumed, never read again.
                 notes.append(f"{name(path)}: unreadable bytes at offset {pre.end} before the "
                              f"read position {rp} (consumed, ignored)")
                 w = walk_segment(path, num, rp, min_size, max_size, marks, progress)
                 start, consumed = rp, pre.records
+            else:
+                # The read position is inside a whole record, or past the file's end: go
+                # back to the record holding it (delivered again rather than lost).
+                detail = (f"read position is past the end of the file ({pre.size} bytes)"
+                          if rp > pre.size else
+                          "read position is not at a record boundary (the record around "
+                          f"it starts at {back})")
+                problems.append(Problem("bad position", ERROR, name(path), rp, detail))
+                w = pre
+                start, consumed = back, mark.before
             new_read = (num, start)
         else:
             w = walk_segment(path, num, 0, min_size, max_size, marks, progress)
