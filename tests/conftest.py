@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import is_hypothesis_test
 
 from aiodiskqueue import AckQueue, DiskQueue
 from aiodiskqueue.ack.clock import ManualClock
@@ -104,10 +105,13 @@ def pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``jvm`` every test that takes the ``spark`` fixture (the local SparkSession):
-    the CI matrix selects on it (noxfile.py, ``MATRIX_PYTEST``)."""
+    the CI matrix selects on it (noxfile.py, ``MATRIX_PYTEST``). Mark ``property`` every
+    Hypothesis test, for a deeper search on its own (``helpers_props.examples``)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.jvm)
+        if is_hypothesis_test(getattr(item, "function", None)):
+            item.add_marker(pytest.mark.property)
 
 
 @pytest.fixture(scope="session")

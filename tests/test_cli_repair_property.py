@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import require_fixtures
+from helpers_props import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -81,7 +82,7 @@ def _apply(d: Path, name: str, damage: Damage) -> None:
         f.write_bytes(bytes(data))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Damage in the consumed part of the read segment (a length running past the file's
 # end): the queue once quarantined that segment, intact unread records and all.
 @example(name="partial", damages=[("flip", 0, 1, 0)])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from helpers_props import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,7 @@ def same(a: codec.ParseResult, b: codec.ParseResult) -> None:
 payloads = st.lists(st.binary(max_size=300), max_size=20)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(payloads, st.integers(0, 2**40), st.integers(0, 10**6), st.integers(0, 40),
        st.integers(0, 400), st.integers(-1, 25), st.data())
 def test_c_and_python_agree_on_framed_buffers(ps: list[bytes], base: int, fnum: int, lo: int,
@@ -43,7 +44,7 @@ def test_c_and_python_agree_on_framed_buffers(ps: list[bytes], base: int, fnum: 
         assert bare == ([r[0] for r in whole.records], whole.stop, whole.bad_length)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=600), st.integers(0, 1000), st.integers(0, 300), st.integers(0, 300))
 def test_c_and_python_agree_on_random_bytes(buf: bytes, base: int, lo: int, hi: int) -> None:
     same(native(buf, base, 7, lo, hi), codec.parse_py(buf, base, 7, lo, hi))
@@ -51,7 +52,7 @@ def test_c_and_python_agree_on_random_bytes(buf: bytes, base: int, lo: int, hi: 
             == codec.split_py(buf, base, 7, lo, hi, -1, False))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(payloads, st.integers(0, 19), st.sampled_from([-2**31, -1, 2**31 - 1, 301, 1 << 24]),
        st.integers(0, 300))
 def test_c_and_python_agree_on_a_corrupt_length(ps: list[bytes], at: int, bad: int,

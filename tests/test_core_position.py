@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers_format import read_meta
+from helpers_props import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,7 @@ steps = st.lists(st.one_of(
 ), max_size=40)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(steps, st.tuples(st.integers(0, 3), st.integers(0, 10_000)))
 def test_position_is_the_end_of_the_last_message_taken(plan: list[tuple[Any, ...]],
                                                        base: tuple[int, int]) -> None:

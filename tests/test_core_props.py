@@ -21,6 +21,7 @@ from helpers_format import (
     seg_name,
     segment_numbers,
 )
+from helpers_props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -213,7 +214,7 @@ def _run(sc: Scenario) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenarios())
 def test_damaged_queue_opens_and_delivers_intact_files(sc: Scenario) -> None:
@@ -310,7 +311,7 @@ def bad_files_in(directory: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=examples(100), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(OPS, max_size=40), st.sampled_from([16, 100, 1000, 1 << 20]))
 def test_operations_match_a_fifo_model(ops: list[Op], max_bytes: int) -> None:
