@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -298,22 +298,20 @@ async def _take_ready_without_yielding(q: DiskQueue, got: list[bytes],
             got.append(q.get_nowait())
 
 
-async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_made_due(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A consumer taking ready messages without a break does not let the ioLoop run. When
-    # it reaches the low-water mark with a sync round due, the round goes out first and the
-    # read beside it at once, from the take itself: before, the read waited until the
-    # consumer ran dry and the ioLoop ran.
+@contextlib.asynccontextmanager
+async def _consumer_on_the_lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                on_read: Callable[[Any], None]
+                                ) -> AsyncIterator[tuple[DiskQueue, list[bytes]]]:
+    """A queue of PER_FILE messages read on the native lane, with a sync round due every 5
+    takes; ``on_read(engine)`` runs as each read is sent. Yields the queue and the first
+    message taken; afterwards takes the rest and checks that all came, in order."""
     monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")
     if not _lane.available():
         pytest.skip("the native module is not built")
-    beside: list[list[bool]] = []
-    tight = [False]
     real = _lane.dispatch_read
 
     def spy(e: Any, *args: Any) -> Any:
-        if tight[0]:
-            beside.append([_lane.round_only(f) for f in e._flights])
+        on_read(e)
         return real(e, *args)
 
     monkeypatch.setattr(_lane, "dispatch_read", spy)
@@ -321,12 +319,30 @@ async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_ma
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
                          sync_every=5, sync_interval=3600.0) as q:
         got = [await q.get()]
+        yield q, got
+        while len(got) < PER_FILE:
+            got.append(await asyncio.wait_for(q.get(), 5))
+        await q.sync()
+    assert got == [payload(i) for i in range(PER_FILE)]
+
+
+async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_made_due(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A consumer taking ready messages without a break does not let the ioLoop run. When
+    # it reaches the low-water mark with a sync round due, the round goes out first and the
+    # read beside it at once, from the take itself: before, the read waited until the
+    # consumer ran dry and the ioLoop ran.
+    beside: list[list[bool]] = []
+    tight = [False]
+
+    def on_read(e: Any) -> None:
+        if tight[0]:
+            beside.append([_lane.round_only(f) for f in e._flights])
+
+    async with _consumer_on_the_lane(tmp_path, monkeypatch, on_read) as (q, got):
         await _take_ready_without_yielding(q, got, lambda: tight.__setitem__(0, True))
         tight[0] = False
         assert beside == [[True]], beside  # one read, sent beside the round
-        while len(got) < PER_FILE:
-            got.append(await asyncio.wait_for(q.get(), 5))
-    assert got == [payload(i) for i in range(PER_FILE)]
 
 
 async def test_a_round_a_take_starts_leaves_the_message_in_hand_unconsumed(
@@ -335,28 +351,15 @@ async def test_a_round_a_take_starts_leaves_the_message_in_hand_unconsumed(
     # that stores the meta beside the caller. The message that take is handing out has
     # not reached its caller yet: the stored position must stop before it, or a kill
     # before the caller has it (or while it handles it without an await) loses it.
-    monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")
-    if not _lane.available():
-        pytest.skip("the native module is not built")
     seen: list[tuple[Any, Any, Any]] = []
-    real = _lane.dispatch_read
 
-    def spy(e: Any, *args: Any) -> Any:
+    def on_read(e: Any) -> None:
         for f in e._flights:
             if f.job.meta_read is not None and e.handing:
                 seen.append((f.job.meta_read, e.stored_at(), e.consumer_at()))
-        return real(e, *args)
 
-    monkeypatch.setattr(_lane, "dispatch_read", spy)
-    await fill(tmp_path, PER_FILE)
-    async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
-                         sync_every=5, sync_interval=3600.0) as q:
-        got = [await q.get()]
+    async with _consumer_on_the_lane(tmp_path, monkeypatch, on_read) as (q, got):
         await _take_ready_without_yielding(q, got)
         assert seen, "no round was sent from a take"
         for stored, in_hand_excluded, taken in seen:
             assert stored == in_hand_excluded != taken
-        while len(got) < PER_FILE:
-            got.append(await asyncio.wait_for(q.get(), 5))
-        await q.sync()
-    assert got == [payload(i) for i in range(PER_FILE)]
