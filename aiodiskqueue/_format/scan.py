@@ -97,16 +97,22 @@ def iter_spans(
     """
     fd = os.open(path, os.O_RDONLY)
     try:
-        if stop is None:
-            stop = os.fstat(fd).st_size
-        while pos < stop:
-            span = read_span(fd, file_num, pos, stop, chunk, min_size, max_size)
-            yield span
-            if span.problem is not None or span.end == pos:
-                return
-            pos = span.end
+        yield from _spans(fd, file_num, pos, stop, min_size, max_size, chunk)
     finally:
         os.close(fd)
+
+
+def _spans(fd: int, file_num: int, pos: int, stop: int | None, min_size: int,
+           max_size: int, chunk: int = 1 << 20) -> Iterator[Span]:
+    """:func:`iter_spans` on an open file."""
+    if stop is None:
+        stop = os.fstat(fd).st_size
+    while pos < stop:
+        span = read_span(fd, file_num, pos, stop, chunk, min_size, max_size)
+        yield span
+        if span.problem is not None or span.end == pos:
+            return
+        pos = span.end
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,22 +167,25 @@ def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) ->
 
     Reads the segment from its start: call it only after a problem was found.
     """
-    s = scan_segment(path, file_num, 0, pos, min_size, max_size)
-    if pos > s.size:
-        return s.end
-    if s.end == pos or s.problem == BAD_LENGTH:
-        return None
     fd = os.open(path, os.O_RDONLY)
     try:
-        head = os.pread(fd, HEADER_SIZE, s.end)
+        end, problem = 0, None
+        for span in _spans(fd, file_num, 0, pos, min_size, max_size):
+            end, problem = span.end, span.problem
+        size = os.fstat(fd).st_size
+        if pos > size:
+            return end
+        if end == pos or problem == BAD_LENGTH:
+            return None
+        head = os.pread(fd, HEADER_SIZE, end)
     finally:
         os.close(fd)
     if len(head) < HEADER_SIZE:
         return None  # not even a length field before the file's end
     (n,) = HEADER.unpack(head)
-    if n < min_size or n > max_size or s.end + HEADER_SIZE + n > s.size:
-        return None  # the record at s.end is not whole: damage before pos
-    return s.end
+    if n < min_size or n > max_size or end + HEADER_SIZE + n > size:
+        return None  # the record at ``end`` is not whole: damage before pos
+    return end
 
 
 def unread_start(meta: Meta | None, segs: dict[int, str], min_size: int,
