@@ -46,6 +46,10 @@ class Lifecycle(enum.Enum):
 QUEUE_OPEN = Lifecycle.OPEN
 QUEUE_SHUTDOWN = Lifecycle.SHUTDOWN
 
+# At most this many takes under one quota: a quota sized at the mean message size may
+# run past the low-water mark when sizes vary, and never by more than this.
+GRANT_MAX = 1024
+
 
 def wake(fut: asyncio.Future[Any] | None) -> None:
     """Resolve ``fut`` with None unless it is None or already done."""
@@ -82,6 +86,16 @@ class QueueBuffers:
     """Accepted puts, read-ahead records, their counts and the waiters of one queue."""
 
     def __init__(self, layout: Layout, opts: Options) -> None:
+        # The take quota (see take): ready messages the next takes may hand out with no
+        # check but this count. While one is out, depth, gets and since_sync lag by the
+        # messages taken under it (_granted - quota); their properties add that in, and
+        # setting any of them, or a change of what a grant assumed, ends it (settle).
+        self.quota = 0
+        self._granted = 0
+        self._depth = 0
+        self._gets = 0
+        self._since_sync = 0
+        self._refill_at = -1
         self.layout = layout
         self.opts = opts
         self.min_size = opts.min_msg_size
@@ -112,7 +126,6 @@ class QueueBuffers:
         # would cost more hops than it saves.)
         self.low_water = max(opts.read_buffer_bytes // 2, opts.read_buffer_bytes - MiB)
         self.read_at = (0, 0)  # read-ahead cursor
-        self.depth = 0  # written and not yet taken (ready messages included)
         self.epoch = 0  # bumped by purge: results of older hops are stale
         self.corruption: CorruptionError | None = None  # strict mode: reading stopped here
 
@@ -120,14 +133,12 @@ class QueueBuffers:
         self.putters: deque[asyncio.Future[None]] = deque()  # blocked by maxsize
         self.sync_waiters: list[asyncio.Future[None]] = []
         self.purge_waiters: list[asyncio.Future[None]] = []
-        self.since_sync = 0
         # Messages a take has popped and not yet returned to its caller (count, payload
         # bytes): a meta stored meanwhile leaves them unconsumed (see stored_at).
         self.handing = 0
         self.handing_bytes = 0
 
         self.puts = 0
-        self.gets = 0
         self.syncs = 0
         self.bad_files = 0
         self.bytes_on_disk = 0
@@ -139,9 +150,6 @@ class QueueBuffers:
         self.purge_req: asyncio.Future[None] | None = None
         self.exit_req: asyncio.Future[None] | None = None
         self.read_slot: asyncio.Future[None] | None = None
-        # take() sets the read slot once ready_bytes falls to this; -1 while no armed
-        # slot waits (the busy engine checks for reads after every hop itself).
-        self.refill_at = -1
         self.loop: asyncio.AbstractEventLoop | None = None
         self.native_lane = False  # appends go to the native write lane
 
@@ -156,6 +164,83 @@ class QueueBuffers:
         """The ready messages fell to the low-water mark while more wait on disk."""
         self.refill_at = -1
         wake(self.read_slot)
+
+    # ------------------------------------------------------------------ counters
+
+    @property
+    def depth(self) -> int:
+        """Messages written and not yet taken (ready messages included)."""
+        return self._depth - self._granted + self.quota
+
+    @depth.setter
+    def depth(self, value: int) -> None:
+        self.settle()
+        self._depth = value
+
+    @property
+    def gets(self) -> int:
+        """Messages taken since the queue was opened."""
+        return self._gets + self._granted - self.quota
+
+    @gets.setter
+    def gets(self, value: int) -> None:
+        self.settle()
+        self._gets = value
+
+    @property
+    def since_sync(self) -> int:
+        """Messages written or taken since the last sync round started."""
+        return self._since_sync + self._granted - self.quota
+
+    @since_sync.setter
+    def since_sync(self, value: int) -> None:
+        self.settle()
+        self._since_sync = value
+
+    @property
+    def refill_at(self) -> int:
+        """take() sets the read slot once ready_bytes falls to this; -1 while no armed
+        slot waits (the busy engine checks for reads after every hop itself)."""
+        return self._refill_at
+
+    @refill_at.setter
+    def refill_at(self, value: int) -> None:
+        if value > self._refill_at:
+            self.settle()  # a quota granted before did not stop at this mark
+        self._refill_at = value
+
+    def settle(self) -> None:
+        """End the take quota: the counters take in the messages taken under it. Called
+        by every change to what a grant assumed (the counters, the low-water mark, the
+        state, a parked putter, messages leaving or joining the front of ``ready``).
+
+        A reader on another thread (``statistics()`` from a metrics scrape) that runs
+        between its steps may see depth, gets and since_sync off by the quota's takes for
+        that moment, as it may see a batch between depth and unwritten."""
+        k = self._granted - self.quota
+        self.quota = self._granted = 0
+        if k:
+            self._depth -= k
+            self._gets += k
+            self._since_sync += k
+
+    def _grant(self) -> None:
+        """Let the next takes skip every check but the quota: as many as can come before
+        one of them has something to do (see take)."""
+        ready = self.ready
+        n = len(ready)
+        if not n or self.putters or self.state is not QUEUE_OPEN:
+            return
+        to_sync = self.sync_every - self._since_sync
+        if 0 < to_sync <= n:
+            n = to_sync - 1  # the take that makes a round due goes the checked way
+        if self._refill_at >= 0:
+            # Takes that leave more than the low-water mark, at the ready messages'
+            # mean size (rounded up); the checked take after them looks at the bytes.
+            size = max(1, -(-self.ready_bytes // len(ready)))
+            n = min(n, (self.ready_bytes - self._refill_at - 1) // size)
+        if n > 0:
+            self.quota = self._granted = min(n, GRANT_MAX)
 
     # ------------------------------------------------------------------ size and state
 
@@ -217,6 +302,7 @@ class QueueBuffers:
 
     def shutdown(self, immediate: bool) -> None:
         """Refuse new puts; with ``immediate`` also new and blocked gets."""
+        self.settle()
         if self.state is QUEUE_OPEN:
             self.state = QUEUE_SHUTDOWN
         self.shutdown_immediate = self.shutdown_immediate or immediate
@@ -233,6 +319,7 @@ class QueueBuffers:
             self.state = Lifecycle.CLOSED
         if self.state not in (QUEUE_OPEN, QUEUE_SHUTDOWN):
             return False
+        self.settle()
         self.state = Lifecycle.CLOSING
         self.wake_all_getters()
         self.wake_all_putters()
@@ -290,6 +377,7 @@ class QueueBuffers:
     async def wait_not_full(self) -> None:
         """Wait while the queue is at ``maxsize`` and open."""
         while self.depth + self.unwritten >= self.maxsize and self.state is QUEUE_OPEN:
+            self.settle()  # the takes must see a parked putter
             await self._park(self.putters, lambda: self.depth + self.unwritten < self.maxsize)
 
     async def _park(self, waiters: deque[asyncio.Future[None]],
@@ -322,14 +410,28 @@ class QueueBuffers:
         Raises QueueEmpty if none is ready, CorruptionError where strict reading
         stopped, the closed error if the queue is closed or shut down and drained.
         """
+        # Under a quota (granted by a checked take, see _grant) the message is ready, the
+        # queue open, and no take before the quota ends has anything to do but pop it:
+        # the counters catch up when the quota ends (settle).
+        q = self.quota
+        if q:
+            self.quota = q - 1
+            payload = self.ready.popleft()
+            self.ready_bytes -= len(payload)
+            return payload
+        return self._take_checked()
+
+    def _take_checked(self) -> bytes:
+        """:meth:`take` with every check, then a quota for the takes after it."""
+        self.settle()
         ready = self.ready
         if not ready or self.state is not QUEUE_OPEN:
             self._may_take()
         payload = ready.popleft()
         self.ready_bytes = left = self.ready_bytes - len(payload)
-        self.depth -= 1
-        self.gets += 1
-        self.since_sync = since = self.since_sync + 1
+        self._depth -= 1
+        self._gets += 1
+        self._since_sync = since = self._since_sync + 1
         # The sync round is asked for once, where since_sync reaches sync_every: the
         # ioLoop checks since_sync itself whenever it runs, and a consumer taking ready
         # messages does not let it run until the buffer is empty.
@@ -340,6 +442,7 @@ class QueueBuffers:
                 self._after_take()
             finally:
                 self.handing = self.handing_bytes = 0
+        self._grant()
         return payload
 
     def _may_take(self) -> None:
@@ -365,13 +468,14 @@ class QueueBuffers:
         k = min(max_items, len(ready))
         if k <= 0:
             return
+        self.settle()
         taken = list(starmap(ready.popleft, repeat((), k)))  # a loop in C: half the cost
         out.extend(taken)
         nbytes = sum(map(len, taken))
         self.ready_bytes -= nbytes
-        self.depth -= k
-        self.gets += k
-        self.since_sync += k
+        self._depth -= k
+        self._gets += k
+        self._since_sync += k
         # out holds the messages taken in this same step (the first by take()): in hand.
         self.handing, self.handing_bytes = len(out), nbytes + sum(map(len, out[:-k]))
         try:
@@ -385,11 +489,12 @@ class QueueBuffers:
         k = len(payloads)
         if not k:
             return
+        self.settle()
         self.ready.extendleft(reversed(payloads))
         self.ready_bytes += sum(map(len, payloads))
-        self.depth += k
-        self.gets -= k
-        self.since_sync -= k
+        self._depth += k
+        self._gets -= k
+        self._since_sync -= k
 
     def _after_take(self) -> None:
         """Wake whoever waits on room or on a read: the rare part of taking messages."""
@@ -448,6 +553,7 @@ class QueueBuffers:
         self.pending, self.put_waiters, self.pending_bytes = [], [], 0
         self.unwritten -= len(dropped)
         succeed(waiters)
+        self.settle()
         self.runs.reset(self.consumer_at())  # the dropped ready messages were not taken
         self.ready.clear()
         self.ready_bytes = 0
@@ -459,6 +565,7 @@ class QueueBuffers:
 
     def purged(self, meta: Meta) -> None:
         """Take the positions of the meta a purge stored."""
+        self.settle()
         self.ready.clear()
         self.ready_bytes = 0
         self.depth = 0

@@ -127,6 +127,7 @@ class Engine(ErrorPaths):
         except BaseException as exc:
             self.io.stop()
             self.io = None
+            self.settle()
             self.state = Lifecycle.CLOSED
             if isinstance(exc, OSError):
                 raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
@@ -368,6 +369,7 @@ class Engine(ErrorPaths):
             self._timer_handle.cancel()
         self.io = None
         if self.state is not Lifecycle.BROKEN:
+            self.settle()
             self.state = Lifecycle.CLOSED
         err = self.closed_error()
         for group in (self.put_waiters, self._batch_waiters, self.sync_waiters,
@@ -584,5 +586,6 @@ class Engine(ErrorPaths):
         succeed(waiters)
 
     def _break(self, exc: BaseException) -> None:
+        self.settle()
         self.state = Lifecycle.BROKEN
         self.error = exc

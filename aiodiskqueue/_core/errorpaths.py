@@ -68,6 +68,7 @@ class ErrorPaths(QueueBuffers):
         the last one stored, and the next open recovers the records written after
         it, as after a kill.
         """
+        self.settle()
         self.state = Lifecycle.CLOSING
         failures = 0
         for _ in range(_CLOSE_ATTEMPTS + 2):  # a write, a sync, and their retries
