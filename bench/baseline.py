@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 BATCH_BYTES = 1 << 20
 _LEN = struct.Struct(">i")
@@ -57,8 +57,12 @@ def write_records(path: str, payloads: Sequence[bytes], *, sync: bool,
         os.close(fd)
 
 
-def read_records(path: str, *, chunk_bytes: int = BATCH_BYTES) -> tuple[list[bytes], float]:
+def read_records(path: str, *, chunk_bytes: int = BATCH_BYTES,
+                 sink: Callable[[list[bytes]], None] | None = None) -> tuple[list[bytes], float]:
     """Read every record of ``path`` in ``chunk_bytes`` chunks; return them and the seconds taken.
+
+    With ``sink``, the records of each chunk go to it instead, and the list returned
+    is empty: nothing is kept, as in a consumer that handles each message.
 
     Raises OSError if the file cannot be read, ValueError on a negative length
     or a torn record at the end of the file.
@@ -85,6 +89,9 @@ def read_records(path: str, *, chunk_bytes: int = BATCH_BYTES) -> tuple[list[byt
                 append(data[pos + 4:pos + 4 + n])
                 pos += 4 + n
             rest = data[pos:]
+            if sink is not None:
+                sink(out)
+                out.clear()
         elapsed = time.perf_counter() - t0
         if rest:
             raise ValueError(f"{path}: {len(rest)} bytes of a torn record at the end")

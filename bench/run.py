@@ -176,26 +176,65 @@ def make_payloads(size: int, counts: Sequence[int]) -> list[list[bytes]]:
     return [[pack(p, i) + pad for i in range(k)] for p, k in enumerate(counts)]
 
 
-def check_order(got: list[bytes], expected: Sequence[Sequence[bytes]]) -> str | None:
+class OrderCheck:
+    """Checks a consume's messages as they come, in chunks, against what was put: each
+    producer's in order, none missing, repeated or unknown. Keeps none of them.
+
+    A consumer loop that kept every message (100,000 x 1 KiB: 100 MB of fresh memory)
+    would measure its own page faults, about 1 us per message on the reference VM
+    (see README, "The drain row and the messages it kept"); one that hands each chunk
+    here and clears it reuses the same memory, as a service handling messages does.
+    """
+
+    def __init__(self, expected: Sequence[Sequence[bytes]]) -> None:
+        self.expected = expected
+        self.next = [0] * len(expected)
+        self.count = 0
+        self.error: str | None = None
+
+    def feed(self, got: Sequence[bytes]) -> None:
+        """Check the next messages (the caller may reuse ``got`` afterwards)."""
+        start = self.count
+        self.count += len(got)
+        if self.error is not None or not got:
+            return
+        if len(self.expected) == 1:
+            exp, i = self.expected[0], self.next[0]
+            self.next[0] = i + len(got)
+            if (got if type(got) is list else list(got)) == list(exp[i:i + len(got)]):
+                return
+            j = next((j for j, (a, b) in enumerate(zip(got, exp[i:], strict=False))
+                      if a != b), len(exp) - i)
+            if i + j >= len(exp):
+                self.error = f"got more than the {len(exp)} messages put"
+            else:
+                self.error = (f"message {start + j} differs: got {got[j][:8].hex()}, "
+                              f"expected {exp[i + j][:8].hex()}")
+            return
+        for m in got:
+            (p, _) = _HDR.unpack_from(m)
+            if p >= len(self.expected):
+                self.error = f"message from unknown producer {p}"
+                return
+            k = self.next[p]
+            if k >= len(self.expected[p]) or m != self.expected[p][k]:
+                self.error = f"producer {p}: messages missing, repeated or out of order"
+                return
+            self.next[p] = k + 1
+
+    def result(self) -> str | None:
+        """None if exactly the expected messages came, each producer's in order."""
+        total = sum(len(e) for e in self.expected)
+        if self.error is None and self.count != total:
+            return f"got {self.count} messages, expected {total}"
+        return self.error
+
+
+def check_order(got: Sequence[bytes], expected: Sequence[Sequence[bytes]]) -> str | None:
     """None if ``got`` holds exactly the expected messages, each producer's in order."""
-    total = sum(len(e) for e in expected)
-    if len(got) != total:
-        return f"got {len(got)} messages, expected {total}"
-    if len(expected) == 1:
-        if got == list(expected[0]):
-            return None
-        i = next(i for i, (a, b) in enumerate(zip(got, expected[0], strict=True)) if a != b)
-        return f"message {i} differs: got {got[i][:8].hex()}, expected {expected[0][i][:8].hex()}"
-    by_producer: list[list[bytes]] = [[] for _ in expected]
-    for m in got:
-        (p, _) = _HDR.unpack_from(m)
-        if p >= len(by_producer):
-            return f"message from unknown producer {p}"
-        by_producer[p].append(m)
-    for p, (a, b) in enumerate(zip(by_producer, expected, strict=True)):
-        if a != list(b):
-            return f"producer {p}: messages missing, repeated or out of order"
-    return None
+    check = OrderCheck(expected)
+    check.feed(got)
+    return check.result()
 
 
 # --------------------------------------------------------------------------- profiling
@@ -294,21 +333,27 @@ async def _put_many_ours(q: DiskQueue, lst: list[bytes], deadline: float) -> tup
     return done, clock() - t0
 
 
-async def _drain_ours(q: DiskQueue, n: int, batched: bool) -> tuple[list[bytes], float]:
-    out: list[bytes] = []
+async def _drain_ours(q: DiskQueue, check: OrderCheck, n: int, batched: bool) -> float:
+    """Take ``n`` messages, handing them to ``check`` a chunk at a time; the seconds."""
     t0 = time.perf_counter()
     if n == 0:
         pass
     elif batched:
-        while len(out) < n:
-            out.extend(await q.get_many(BATCH))
+        while check.count < n:
+            check.feed(await q.get_many(BATCH))
     else:
+        out: list[bytes] = []
         append = out.append
+        limit = min(BATCH, n)
         async for m in q:
             append(m)
-            if len(out) >= n:
-                break
-    return out, time.perf_counter() - t0
+            if len(out) >= limit:
+                check.feed(out)
+                out.clear()
+                limit = min(BATCH, n - check.count)
+                if limit <= 0:
+                    break
+    return time.perf_counter() - t0
 
 
 def cpu_seconds() -> float:
@@ -357,12 +402,13 @@ async def ours_rep(scenario: str, d: str, lists: list[list[bytes]], box: float
                     f"reopened with qsize {q.qsize()}, expected {total}", put_cpu, 0.0)
         gc.collect()
         _prof_start({"put": "drain", "put_many": "get_many"}.get(scenario))
+        check = OrderCheck(expected)
         c0 = cpu_seconds()
-        got, get_secs = await _drain_ours(q, total, batched=scenario == "put_many")
+        get_secs = await _drain_ours(q, check, total, batched=scenario == "put_many")
         get_cpu = cpu_seconds() - c0
-        _prof_stop(len(got))
+        _prof_stop(check.count)
         left = q.qsize()
-    err = check_order(got, expected)
+    err = check.result()
     if err is None and left:
         err = f"{left} messages left after the drain"
     return put_secs, put_count, get_secs, total, err, put_cpu, get_cpu
@@ -458,41 +504,47 @@ def _peer_put(cls: type[peers.Peer], d: str, lists: list[list[bytes]], box: floa
     return counts, secs, cpu
 
 
-def _peer_drain(cls: type[peers.Peer], d: str, n: int, batched: bool, box: float
-                ) -> tuple[list[bytes], int, float, list[bytes], float]:
-    """Take up to ``n`` messages within ``box`` seconds (timed), then the rest (untimed).
+def _peer_drain(cls: type[peers.Peer], d: str, check: OrderCheck, n: int, batched: bool,
+                box: float) -> tuple[int, float, list[bytes], float]:
+    """Take up to ``n`` messages within ``box`` seconds (timed), then the rest (untimed),
+    handing them to ``check`` a chunk at a time.
 
-    Returns the messages, how many of them the timed part took, its seconds,
-    anything the peer returned beyond ``n``, and the timed part's CPU seconds.
+    Returns how many the timed part took, its seconds, anything the peer returned
+    beyond ``n``, and the timed part's CPU seconds.
     """
     q = cls(d)
     try:
-        out: list[bytes] = []
         clock = time.perf_counter
         gc.collect()
         c0 = cpu_seconds()
         t0 = clock()
         deadline = t0 + box
         if batched:
-            while len(out) < n and clock() < deadline:
-                got = q.get_batch(min(BATCH, n - len(out)))
+            while check.count < n and clock() < deadline:
+                got = q.get_batch(min(BATCH, n - check.count))
                 if not got:
                     break
-                out.extend(got)
+                check.feed(got)
         else:
+            out: list[bytes] = []
             get = q.get
             append = out.append
             for _ in range(n):
                 if clock() >= deadline:
                     break
                 append(get())
+                if len(out) >= BATCH:
+                    check.feed(out)
+                    out.clear()
+            check.feed(out)
         secs = clock() - t0
         cpu = cpu_seconds() - c0
-        timed = len(out)
-        out.extend(q.rest())
+        timed = check.count
+        rest = q.rest()
+        check.feed(rest[:n - timed])
     finally:
         q.close()
-    return out[:n], timed, secs, out[n:], cpu
+    return timed, secs, rest[n - timed:], cpu
 
 
 def peer_rep(cls: type[peers.Peer], scenario: str, d: str, lists: list[list[bytes]], box: float
@@ -507,9 +559,10 @@ def peer_rep(cls: type[peers.Peer], scenario: str, d: str, lists: list[list[byte
     done, put_secs, put_cpu = _peer_put(cls, d, lists, box, batched)
     expected = [lst[:k] for lst, k in zip(lists, done, strict=True)]
     total = sum(done)
-    got, timed, get_secs, extra, get_cpu = _peer_drain(
-        cls, d, total, batched and cls.GET_BATCH is not None, box)
-    err = check_order(got, expected)
+    check = OrderCheck(expected)
+    timed, get_secs, extra, get_cpu = _peer_drain(
+        cls, d, check, total, batched and cls.GET_BATCH is not None, box)
+    err = check.result()
     if err is None and extra:
         err = f"{len(extra)} messages returned after the last one put"
     return put_secs, get_secs, total, timed, err, put_cpu, get_cpu
@@ -622,9 +675,10 @@ def _rep_raw(cfg: Config, sc: Scenario, size: int, lst: list[bytes], res: Result
         put_c = cpu_seconds() - c0
         gc.collect()
         c0 = cpu_seconds()
-        got, get_s = baseline.read_records(path)
+        check = OrderCheck([lst])
+        _, get_s = baseline.read_records(path, sink=check.feed)
         get_c = cpu_seconds() - c0
-        err = check_order(got, [lst])
+        err = check.result()
     except Exception as exc:  # noqa: BLE001  # a failed repetition is a FAIL row, not a crash
         put_s, get_s, err = 0.0, 0.0, f"{type(exc).__name__}: {exc}"
     finally:
