@@ -209,3 +209,35 @@ async def test_arming_the_low_water_mark_ends_a_quota_granted_without_it(
     assert e.quota == 0 and q.statistics().gets == 1
     assert q.get_nowait() == payload(1)
     assert 0 < e.quota <= 5
+
+
+async def test_writes_that_bring_a_round_within_a_quota_end_it(tmp_path: Path) -> None:
+    # A quota stops before the take that makes a sync round due; writes counted after the
+    # grant move that take closer, so a quota that would now run past it must end.
+    async for q in _open_full(tmp_path, sync_every=1000):
+        e = q._e
+        q.get_nowait()
+        granted = e.quota
+        assert granted > 100 and e.since_sync == 1
+        e.since_sync += 10
+        e.sync_counted()
+        assert e.quota == granted  # still short of the round
+        e.since_sync += 1000 - 11 - granted
+        e.sync_counted()
+        assert e.quota == 0 and q.statistics().gets == 1
+
+
+async def test_a_round_that_starts_under_a_quota_granted_past_sync_every_ends_it(
+        tmp_path: Path) -> None:
+    # Granted while since_sync was already past sync_every (a round due, not yet run),
+    # a quota has no sync bound; once a round starts and since_sync falls back, the take
+    # that makes the next round due lies within it, and must run the checks.
+    async for q in _open_full(tmp_path, sync_every=50):
+        e = q._e
+        e.since_sync = 60
+        e.sync_counted()
+        q.get_nowait()
+        assert e.quota > 50
+        e.since_sync = 0  # what a round does as it starts
+        e.sync_counted()
+        assert e.quota == 0 and q.statistics().gets == 1

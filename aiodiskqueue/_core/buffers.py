@@ -87,14 +87,14 @@ class QueueBuffers:
 
     def __init__(self, layout: Layout, opts: Options) -> None:
         # The take quota (see take): ready messages the next takes may hand out with no
-        # check but this count. While one is out, depth, gets and since_sync lag by the
-        # messages taken under it (_granted - quota); their properties add that in, and
-        # setting any of them, or a change of what a grant assumed, ends it (settle).
+        # check but this count. While one is out, depth and gets lag by the messages
+        # taken under it (_granted - quota); their properties add that in, and setting
+        # either, or a change of what a grant assumed, ends it (settle). The write paths
+        # add to _depth directly: a grant assumes nothing about depth.
         self.quota = 0
         self._granted = 0
         self._depth = 0
         self._gets = 0
-        self._since_sync = 0
         self._refill_at = -1
         self.layout = layout
         self.opts = opts
@@ -133,6 +133,9 @@ class QueueBuffers:
         self.putters: deque[asyncio.Future[None]] = deque()  # blocked by maxsize
         self.sync_waiters: list[asyncio.Future[None]] = []
         self.purge_waiters: list[asyncio.Future[None]] = []
+        # Messages written or taken since the last sync round started. Whatever changes
+        # it but a take calls sync_counted() after.
+        self.since_sync = 0
         # Messages a take has popped and not yet returned to its caller (count, payload
         # bytes): a meta stored meanwhile leaves them unconsumed (see stored_at).
         self.handing = 0
@@ -187,15 +190,13 @@ class QueueBuffers:
         self.settle()
         self._gets = value
 
-    @property
-    def since_sync(self) -> int:
-        """Messages written or taken since the last sync round started."""
-        return self._since_sync + self._granted - self.quota
-
-    @since_sync.setter
-    def since_sync(self, value: int) -> None:
-        self.settle()
-        self._since_sync = value
+    def sync_counted(self) -> None:
+        """``since_sync`` changed other than by a take (writes counted, a round started):
+        end a take quota whose takes would now include the one that makes a sync round
+        due, which must run the checks."""
+        since = self.since_sync
+        if self.quota and since < self.sync_every <= since + self.quota:
+            self.settle()
 
     @property
     def refill_at(self) -> int:
@@ -215,14 +216,13 @@ class QueueBuffers:
         state, a parked putter, messages leaving or joining the front of ``ready``).
 
         A reader on another thread (``statistics()`` from a metrics scrape) that runs
-        between its steps may see depth, gets and since_sync off by the quota's takes for
+        between its steps may see depth and gets off by the quota's takes for
         that moment, as it may see a batch between depth and unwritten."""
         k = self._granted - self.quota
         self.quota = self._granted = 0
         if k:
             self._depth -= k
             self._gets += k
-            self._since_sync += k
 
     def _grant(self) -> None:
         """Let the next takes skip every check but the quota: as many as can come before
@@ -231,7 +231,7 @@ class QueueBuffers:
         n = len(ready)
         if not n or self.putters or self.state is not QUEUE_OPEN:
             return
-        to_sync = self.sync_every - self._since_sync
+        to_sync = self.sync_every - self.since_sync
         if 0 < to_sync <= n:
             n = to_sync - 1  # the take that makes a round due goes the checked way
         if self._refill_at >= 0:
@@ -418,6 +418,7 @@ class QueueBuffers:
             self.quota = q - 1
             payload = self.ready.popleft()
             self.ready_bytes -= len(payload)
+            self.since_sync += 1
             return payload
         return self._take_checked()
 
@@ -431,7 +432,7 @@ class QueueBuffers:
         self.ready_bytes = left = self.ready_bytes - len(payload)
         self._depth -= 1
         self._gets += 1
-        self._since_sync = since = self._since_sync + 1
+        self.since_sync = since = self.since_sync + 1
         # The sync round is asked for once, where since_sync reaches sync_every: the
         # ioLoop checks since_sync itself whenever it runs, and a consumer taking ready
         # messages does not let it run until the buffer is empty.
@@ -475,7 +476,7 @@ class QueueBuffers:
         self.ready_bytes -= nbytes
         self._depth -= k
         self._gets += k
-        self._since_sync += k
+        self.since_sync += k
         # out holds the messages taken in this same step (the first by take()): in hand.
         self.handing, self.handing_bytes = len(out), nbytes + sum(map(len, out[:-k]))
         try:
@@ -494,7 +495,7 @@ class QueueBuffers:
         self.ready_bytes += sum(map(len, payloads))
         self._depth += k
         self._gets -= k
-        self._since_sync -= k
+        self.since_sync -= k
 
     def _after_take(self) -> None:
         """Wake whoever waits on room or on a read: the rare part of taking messages."""

@@ -396,6 +396,7 @@ class Engine(ErrorPaths):
                 return None
             job.payloads = self._take_pending()
             self.since_sync += len(job.payloads)
+            self.sync_counted()
             job.sync = self.sync_every == 1
             self._sync_batch = []
             return job
@@ -405,6 +406,7 @@ class Engine(ErrorPaths):
             job.handoff = (self.read_at == self.write_at
                            and self.ready_bytes + moved <= self.opts.read_buffer_bytes)
             self.since_sync += len(job.payloads)
+            self.sync_counted()
         else:
             self._batch_waiters = []
         closing = self.state is Lifecycle.CLOSING
@@ -431,6 +433,7 @@ class Engine(ErrorPaths):
                 job.meta_read = consumer_at
                 job.meta_depth = self.depth + self.handing
             self.since_sync = self.handing
+            self.sync_counted()
             self._force_meta = False
             self._sync_due_at = loop.time() + self.opts.sync_interval
         else:
@@ -478,7 +481,7 @@ class Engine(ErrorPaths):
                 self._write_failed(n, batch, res.write_error)
             else:
                 if not stale:
-                    self.depth += n
+                    self._depth += n  # a take quota stays: it assumes nothing about depth
                 if res.handoff is not None and not stale:
                     self.add_ready(res.handoff, res.handoff_bytes)
                     self.read_at = res.write_at

@@ -107,6 +107,7 @@ class ErrorPaths(QueueBuffers):
         err.__cause__ = exc
         self._log_error(str(exc), "%s", err)
         self.since_sync = max(0, self.since_sync - n)
+        self.sync_counted()
         if not batch:
             self._note_unstored(n, err)
         fail(batch, err)

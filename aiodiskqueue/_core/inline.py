@@ -157,6 +157,7 @@ def _write(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]]
     sync_due = e._beside is None and (e.since_sync + len(payloads) >= half(e)
                                       or e._sync_round_due())
     e.since_sync += len(payloads)
+    e.sync_counted()
     try:
         if e.opts.inline_writes:
             t0 = time.perf_counter()
@@ -204,7 +205,7 @@ def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
     e.write_at = (file_num, pos + size)
     e.unwritten -= n
     if not stale:
-        e.depth += n
+        e._depth += n  # a take quota stays: it assumes nothing about depth
         if (e.read_at == (file_num, pos) and e.corruption is None
                 and e.ready_bytes + size <= e.opts.read_buffer_bytes):
             # The reader has caught up to this batch: hand it over, no read needed.
