@@ -411,8 +411,9 @@ class QueueBuffers:
         stopped, the closed error if the queue is closed or shut down and drained.
         """
         # Under a quota (granted by a checked take, see _grant) the message is ready, the
-        # queue open, and no take before the quota ends has anything to do but pop it:
-        # the counters catch up when the quota ends (settle).
+        # queue open, and no take before the quota ends has anything to do but pop it and
+        # count it toward the next sync round: depth and gets catch up when the quota
+        # ends (settle).
         q = self.quota
         if q:
             self.quota = q - 1
