@@ -187,7 +187,7 @@ class OrderCheck:
     """
 
     def __init__(self, expected: Sequence[Sequence[bytes]]) -> None:
-        self.expected = expected
+        self.expected = [list(e) for e in expected]  # once, before any timed phase
         self.next = [0] * len(expected)
         self.count = 0
         self.error: str | None = None
@@ -201,7 +201,7 @@ class OrderCheck:
         if len(self.expected) == 1:
             exp, i = self.expected[0], self.next[0]
             self.next[0] = i + len(got)
-            if (got if type(got) is list else list(got)) == list(exp[i:i + len(got)]):
+            if (got if type(got) is list else list(got)) == exp[i:i + len(got)]:
                 return
             j = next((j for j, (a, b) in enumerate(zip(got, exp[i:], strict=False))
                       if a != b), len(exp) - i)
@@ -673,9 +673,9 @@ def _rep_raw(cfg: Config, sc: Scenario, size: int, lst: list[bytes], res: Result
         c0 = cpu_seconds()
         put_s = baseline.write_records(path, lst, sync=sync)
         put_c = cpu_seconds() - c0
+        check = OrderCheck([lst])
         gc.collect()
         c0 = cpu_seconds()
-        check = OrderCheck([lst])
         _, get_s = baseline.read_records(path, sink=check.feed)
         get_c = cpu_seconds() - c0
         err = check.result()
