@@ -86,8 +86,11 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=10_000_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--take", type=int, default=100_000)
-    ap.add_argument("--dir", default=None, help="where to write the queue (a temp dir)")
+    ap.add_argument("--dir", default=None,
+                    help="where to write the queue (a temp dir in it; created if missing)")
     args = ap.parse_args()
+    if args.dir is not None:
+        os.makedirs(args.dir, exist_ok=True)
     d = tempfile.mkdtemp(prefix="aiodiskqueue-mem-", dir=args.dir)
     try:
         need = args.messages * (args.size + HEADER_SIZE)
