@@ -931,6 +931,13 @@ def _git_rev() -> str:
         return "?"
 
 
+def _native_writer_loaded() -> bool:
+    """Whether the queue's native write lane (a compiled module) was imported."""
+    return any(name.startswith("aiodiskqueue.") and name.endswith("._writer")
+               and str(getattr(mod, "__file__", "")).endswith(".so")
+               for name, mod in list(sys.modules.items()))
+
+
 def meta_block(cfg: Config, started: float, res: Results,
                rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Machine, Python, versions, time and the run's settings."""
@@ -956,6 +963,8 @@ def meta_block(cfg: Config, started: float, res: Results,
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "versions": versions,
+        "package": os.path.dirname(os.path.abspath(aiodiskqueue.__file__)),
+        "native_writer": _native_writer_loaded(),
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "duration_s": round(time.perf_counter() - started, 1),
         "config": {
