@@ -1,0 +1,157 @@
+"""Removing a consumed segment: freed in committed steps when nothing else holds it open,
+left whole for any other open file (another process's reader keeps reading it)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import aiodiskqueue._core.remover as remover
+from aiodiskqueue import DiskQueue
+
+MiB = 1 << 20
+
+
+def _segment(tmp_path: Path, size: int = 20 * MiB) -> tuple[Path, bytes]:
+    path = tmp_path / "q.diskqueue.000000.dat"
+    data = os.urandom(MiB) * (size // MiB)
+    path.write_bytes(data)
+    return path, data
+
+
+@pytest.fixture
+def truncations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes the remover truncates files to, in order (not the meta store's)."""
+    sizes: list[int] = []
+    real: Callable[[int, int], None] = os.ftruncate
+
+    def spy(fd: int, size: int) -> None:
+        if sys._getframe(1).f_code is remover._free_in_steps.__code__:
+            sizes.append(size)
+        real(fd, size)
+
+    monkeypatch.setattr(os, "ftruncate", spy)
+    return sizes
+
+
+def test_a_segment_nobody_else_holds_is_freed_in_steps(
+        tmp_path: Path, truncations: list[int]) -> None:
+    path, _ = _segment(tmp_path)
+    remover._remove(str(path))
+    assert not path.exists()
+    assert truncations == _steps(20 * MiB)
+    assert len(truncations) == 3  # 20 MiB in 8 MiB steps
+
+
+def test_a_segment_open_in_this_process_is_only_unlinked(
+        tmp_path: Path, truncations: list[int]) -> None:
+    path, data = _segment(tmp_path)
+    with open(path, "rb") as reader:
+        reader.read(100)
+        remover._remove(str(path))
+        assert not path.exists()
+        assert truncations == []
+        assert reader.read() == data[100:]  # the reader still has every byte
+
+
+def test_a_segment_open_in_another_process_is_only_unlinked(
+        tmp_path: Path, truncations: list[int]) -> None:
+    path, data = _segment(tmp_path, 10 * MiB)
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, hashlib\n"
+         "f = open(sys.argv[1], 'rb'); print('open', flush=True)\n"
+         "sys.stdin.readline()\n"
+         "print(hashlib.sha256(f.read()).hexdigest(), flush=True)\n", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "open"
+        remover._remove(str(path))
+        assert not path.exists() and truncations == []
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == hashlib.sha256(data).hexdigest()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_an_open_during_the_steps_stops_them(
+        tmp_path: Path, truncations: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # An open that reaches the file while the steps run (its name looked up just before
+    # the unlink; here through /proc) breaks the lease: it waits for the step in
+    # progress, and no further step is taken.
+    path, _ = _segment(tmp_path, 20 * MiB)
+    opened: list[int] = []
+    opener: list[threading.Thread] = []
+    real_sync: Callable[[int], None] = os.fdatasync
+
+    def sync_then_open(fd: int) -> None:
+        real_sync(fd)
+        if sys._getframe(1).f_code is not remover._free_in_steps.__code__ or opener:
+            return
+        t = threading.Thread(target=lambda: opened.append(
+            os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)))
+        opener.append(t)
+        t.start()
+        for _ in range(500):  # until the kernel has started to break the lease
+            if fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the open did not break the lease")
+        assert not opened  # it waits for the lease
+
+    monkeypatch.setattr(os, "fdatasync", sync_then_open)
+    remover._remove(str(path))
+    opener[0].join(10)
+    assert not path.exists()
+    assert truncations == [20 * MiB - remover.STEP_BYTES]  # one step, then it stopped
+    try:
+        assert os.fstat(opened[0]).st_size == 20 * MiB - remover.STEP_BYTES
+    finally:
+        os.close(opened[0])
+
+
+def test_without_leases_a_segment_is_only_unlinked(
+        tmp_path: Path, truncations: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remover, "_SETLEASE", None)
+    path, _ = _segment(tmp_path, MiB)
+    remover._remove(str(path))
+    assert not path.exists() and truncations == []
+    remover._remove(str(path))  # gone already: nothing to do, nothing raised
+
+
+def _steps(size: int) -> list[int]:
+    out = []
+    while size > 0:
+        size = max(0, size - remover.STEP_BYTES)
+        out.append(size)
+    return out
+
+
+async def test_a_drained_queue_frees_its_consumed_segments_in_steps(
+        tmp_path: Path, truncations: list[int]) -> None:
+    q = await DiskQueue.open(tmp_path, "q", max_bytes_per_file=10 * MiB, sync_every=100)
+    payload = os.urandom(1020)
+    for _ in range(25):
+        await q.put_many([payload] * 1024)  # 25 MiB: three segments
+    sizes = [(tmp_path / f"q.diskqueue.{n:06d}.dat").stat().st_size for n in (0, 1)]
+    for _ in range(25 * 1024):
+        assert await q.get() == payload
+    await q.sync()  # returns with the consumed segments gone
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".dat")
+                   and ".meta." not in p.name)
+    await q.aclose()
+    assert names == ["q.diskqueue.000002.dat"]
+    assert truncations == _steps(sizes[0]) + _steps(sizes[1])
