@@ -221,6 +221,22 @@ def test_put_threads_prints_a_row_per_mode_and_producer_count() -> None:
     assert all(float(r[-7].replace(",", "")) > 0 for r in rows)  # msgs/s, 7th from the end
 
 
+def test_long_drain_removes_segments_and_prints_both_rows(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(BENCH / "bench_long_drain.py"), "--messages", "3000",
+           "--size", "100", "--segment-bytes", "65536", "--reps", "1", "--loop", "asyncio",
+           "--dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    removing = next(ln for ln in lines if "removing" in ln).split()
+    anchor = next(ln for ln in lines if "(anchor)" in ln).split()
+    assert removing[:2] == ["64", "KiB"]
+    assert int(removing[4]) == 5  # 3000 x 104 B records in 64 KiB segments
+    assert int(anchor[3]) == 1 and anchor[-1] == "1.00x"
+    assert list(tmp_path.iterdir()) == []  # every queue directory went away
+
+
 def test_null_store_broker_serves_the_protocol_and_counts_finishes() -> None:
     # bench_broker.py --null-store: the broker with no queue behind it still moves
     # every message from publishers to consumers, and finishes each one once.
