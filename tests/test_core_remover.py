@@ -86,6 +86,39 @@ def test_a_segment_open_in_another_process_is_only_unlinked(
         child.wait()
 
 
+def test_a_segment_under_another_process_s_read_lease_is_unlinked_without_waiting(
+        tmp_path: Path, truncations: list[int]) -> None:
+    # A file server holds read leases on what its clients read; opening the file for
+    # writing would wait until the lease is broken (45 s by default). The remover's
+    # open does not wait: the segment is only unlinked.
+    path, data = _segment(tmp_path, MiB)
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, hashlib, os, signal, sys\n"
+         "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+         "fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)\n"
+         "fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n"
+         "print('leased', flush=True)\n"
+         "sys.stdin.readline()\n"
+         "print(hashlib.sha256(os.pread(fd, 1 << 21, 0)).hexdigest(), flush=True)\n",
+         str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "leased"
+        worker = threading.Thread(target=remover._remove, args=(str(path),))
+        worker.start()
+        worker.join(20)  # a blocking open would hold it for the lease break time
+        assert not worker.is_alive(), "the removal waited for the other process's lease"
+        assert not path.exists() and truncations == []
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == hashlib.sha256(data).hexdigest()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_an_open_during_the_steps_stops_them(
         tmp_path: Path, truncations: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     # An open that reaches the file while the steps run (its name looked up just before

@@ -94,7 +94,9 @@ def _free_in_steps(fd: int, path: str) -> None:
 
 def _remove(path: str) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        # O_NONBLOCK: where another holder's lease (a file server's) would make the open
+        # wait until it is broken, the open fails at once instead.
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return
     except OSError:
