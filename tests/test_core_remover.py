@@ -3,6 +3,7 @@ left whole for any other open file (another process's reader keeps reading it)."
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -63,27 +64,38 @@ def test_a_segment_open_in_this_process_is_only_unlinked(
         assert reader.read() == data[100:]  # the reader still has every byte
 
 
-def test_a_segment_open_in_another_process_is_only_unlinked(
-        tmp_path: Path, truncations: list[int]) -> None:
-    path, data = _segment(tmp_path, 10 * MiB)
-    child = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, hashlib\n"
-         "f = open(sys.argv[1], 'rb'); print('open', flush=True)\n"
-         "sys.stdin.readline()\n"
-         "print(hashlib.sha256(f.read()).hexdigest(), flush=True)\n", str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert child.stdin is not None and child.stdout is not None
+@contextlib.contextmanager
+def _reader_in_another_process(path: Path, opens: str) -> Iterator[Callable[[], str]]:
+    """A child process that runs ``opens`` (which leaves ``fd`` open on ``path``) and,
+    when the function it yields is called, returns the sha256 of what it reads there."""
+    code = ("import fcntl, hashlib, os, signal, sys\n" + opens
+            + "print('ready', flush=True)\nsys.stdin.readline()\n"
+              "print(hashlib.sha256(os.pread(fd, 1 << 25, 0)).hexdigest(), flush=True)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    stdin, stdout = child.stdin, child.stdout
+    assert stdin is not None and stdout is not None
     try:
-        assert child.stdout.readline().strip() == "open"
-        remover._remove(str(path))
-        assert not path.exists() and truncations == []
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == hashlib.sha256(data).hexdigest()
+        assert stdout.readline().strip() == "ready"
+
+        def read_all() -> str:
+            stdin.write("go\n")
+            stdin.flush()
+            return stdout.readline().strip()
+
+        yield read_all
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_segment_open_in_another_process_is_only_unlinked(
+        tmp_path: Path, truncations: list[int]) -> None:
+    path, data = _segment(tmp_path, 10 * MiB)
+    with _reader_in_another_process(path, "fd = os.open(sys.argv[1], os.O_RDONLY)\n") as read:
+        remover._remove(str(path))
+        assert not path.exists() and truncations == []
+        assert read() == hashlib.sha256(data).hexdigest()
 
 
 def test_a_segment_under_another_process_s_read_lease_is_unlinked_without_waiting(
@@ -92,31 +104,16 @@ def test_a_segment_under_another_process_s_read_lease_is_unlinked_without_waitin
     # writing would wait until the lease is broken (45 s by default). The remover's
     # open does not wait: the segment is only unlinked.
     path, data = _segment(tmp_path, MiB)
-    child = subprocess.Popen(
-        [sys.executable, "-c",
-         "import fcntl, hashlib, os, signal, sys\n"
-         "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
-         "fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)\n"
-         "fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n"
-         "print('leased', flush=True)\n"
-         "sys.stdin.readline()\n"
-         "print(hashlib.sha256(os.pread(fd, 1 << 21, 0)).hexdigest(), flush=True)\n",
-         str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert child.stdin is not None and child.stdout is not None
-    try:
-        assert child.stdout.readline().strip() == "leased"
+    leased = ("fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              "fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)\n"
+              "fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n")
+    with _reader_in_another_process(path, leased) as read:
         worker = threading.Thread(target=remover._remove, args=(str(path),))
         worker.start()
         worker.join(20)  # a blocking open would hold it for the lease break time
         assert not worker.is_alive(), "the removal waited for the other process's lease"
         assert not path.exists() and truncations == []
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == hashlib.sha256(data).hexdigest()
-    finally:
-        child.kill()
-        child.wait()
+        assert read() == hashlib.sha256(data).hexdigest()
 
 
 def test_an_open_during_the_steps_stops_them(
