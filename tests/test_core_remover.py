@@ -47,7 +47,7 @@ def truncations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_a_segment_nobody_else_holds_is_freed_in_steps(
         tmp_path: Path, truncations: list[int]) -> None:
     path, _ = _segment(tmp_path)
-    remover._remove(str(path))
+    remover._remove(str(path), True)
     assert not path.exists()
     assert truncations == _steps(20 * MiB)
     assert len(truncations) == 3  # 20 MiB in 8 MiB steps
@@ -58,7 +58,7 @@ def test_a_segment_open_in_this_process_is_only_unlinked(
     path, data = _segment(tmp_path)
     with open(path, "rb") as reader:
         reader.read(100)
-        remover._remove(str(path))
+        remover._remove(str(path), True)
         assert not path.exists()
         assert truncations == []
         assert reader.read() == data[100:]  # the reader still has every byte
@@ -93,7 +93,7 @@ def test_a_segment_open_in_another_process_is_only_unlinked(
         tmp_path: Path, truncations: list[int]) -> None:
     path, data = _segment(tmp_path, 10 * MiB)
     with _reader_in_another_process(path, "fd = os.open(sys.argv[1], os.O_RDONLY)\n") as read:
-        remover._remove(str(path))
+        remover._remove(str(path), True)
         assert not path.exists() and truncations == []
         assert read() == hashlib.sha256(data).hexdigest()
 
@@ -108,7 +108,7 @@ def test_a_segment_under_another_process_s_read_lease_is_unlinked_without_waitin
               "fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)\n"
               "fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n")
     with _reader_in_another_process(path, leased) as read:
-        worker = threading.Thread(target=remover._remove, args=(str(path),))
+        worker = threading.Thread(target=remover._remove, args=(str(path), True))
         worker.start()
         worker.join(20)  # a blocking open would hold it for the lease break time
         assert not worker.is_alive(), "the removal waited for the other process's lease"
@@ -143,7 +143,7 @@ def test_an_open_during_the_steps_stops_them(
         assert not opened  # it waits for the lease
 
     monkeypatch.setattr(os, "fdatasync", sync_then_open)
-    remover._remove(str(path))
+    remover._remove(str(path), True)
     opener[0].join(10)
     assert not path.exists()
     assert truncations == [20 * MiB - remover.STEP_BYTES]  # one step, then it stopped
@@ -157,9 +157,9 @@ def test_without_leases_a_segment_is_only_unlinked(
         tmp_path: Path, truncations: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(remover, "_SETLEASE", None)
     path, _ = _segment(tmp_path, MiB)
-    remover._remove(str(path))
+    remover._remove(str(path), True)
     assert not path.exists() and truncations == []
-    remover._remove(str(path))  # gone already: nothing to do, nothing raised
+    remover._remove(str(path), True)  # gone already: nothing to do, nothing raised
 
 
 def _steps(size: int) -> list[int]:
@@ -171,7 +171,8 @@ def _steps(size: int) -> list[int]:
 
 
 async def test_a_drained_queue_frees_its_consumed_segments_in_steps(
-        tmp_path: Path, truncations: list[int]) -> None:
+        tmp_path: Path, truncations: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remover, "frees_in_steps", lambda path: True)  # as on `discard`
     q = await DiskQueue.open(tmp_path, "q", max_bytes_per_file=10 * MiB, sync_every=100)
     payload = os.urandom(1020)
     for _ in range(25):
@@ -185,3 +186,71 @@ async def test_a_drained_queue_frees_its_consumed_segments_in_steps(
     await q.aclose()
     assert names == ["q.diskqueue.000002.dat"]
     assert truncations == _steps(sizes[0]) + _steps(sizes[1])
+
+
+def test_a_hard_link_keeps_every_byte(tmp_path: Path, truncations: list[int]) -> None:
+    path, data = _segment(tmp_path, 10 * MiB)
+    other = tmp_path / "kept.dat"
+    os.link(path, other)
+    remover._remove(str(path), True)
+    assert not path.exists() and truncations == []
+    assert other.read_bytes() == data
+
+
+MOUNTINFO = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resv_strict
+30 27 254:16 / /data rw,noatime - ext4 /dev/vdb rw
+31 27 0:40 / /b rw,relatime shared:1 - btrfs /dev/vdc rw,ssd,discard=async
+32 27 8:1 / /x rw,discard master:2 - xfs /dev/sda1 rw
+"""
+
+
+@pytest.mark.parametrize(("dev", "expected"), [
+    (os.makedev(254, 0), True),  # ext4 with discard among the superblock's options
+    (os.makedev(254, 16), False),  # no discard
+    (os.makedev(0, 40), False),  # discard=async trims off the commit
+    (os.makedev(8, 1), True),  # discard among the mount's options, optional fields
+    (os.makedev(9, 9), False),  # not mounted
+])
+def test_mount_discards_reads_the_mount_of_the_device(dev: int, expected: bool) -> None:
+    assert remover.mount_discards(MOUNTINFO, dev) is expected
+
+
+def test_steps_need_leases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remover, "_SETLEASE", None)
+    assert not remover.frees_in_steps(str(tmp_path / "q.diskqueue.000000.dat"))
+
+
+def test_a_backlog_is_removed_without_steps(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remover, "frees_in_steps", lambda path: True)
+    rm = remover.SegmentRemover("q")
+    rm._queued = 1  # this removal alone
+    assert rm._in_steps("x")
+    rm._queued = 3  # two more wait behind it (a purge)
+    assert not rm._in_steps("x")
+
+
+def test_the_remover_survives_an_unexpected_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def broken(path: str, steps: bool) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        os.remove(path)
+
+    monkeypatch.setattr(remover, "_remove", broken)
+    rm = remover.SegmentRemover("q")
+    paths = [tmp_path / f"{n}.dat" for n in range(2)]
+    for p in paths:
+        p.write_bytes(b"x")
+        rm.remove(str(p))
+    closer = threading.Thread(target=rm.close)
+    closer.start()
+    closer.join(10)
+    assert not closer.is_alive(), "close() waits for a removal the dead thread never did"
+    assert calls == [str(p) for p in paths]
+    assert paths[0].exists() and not paths[1].exists()

@@ -113,10 +113,10 @@ def held_removals(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.E
     started: list[str] = []
     real = remover_mod._remove
 
-    def held(path: str) -> None:
+    def held(path: str, steps: bool) -> None:
         started.append(f"{threading.current_thread().name}:{os.path.basename(path)}")
         assert release.wait(30), "removal never released"
-        real(path)
+        real(path, steps)
 
     monkeypatch.setattr(remover_mod, "_remove", held)
     yield release, started

@@ -11,18 +11,19 @@ before, so a crash leaves at most consumed leftovers, which the next open remove
 Purge and close wait for the queued removals, and so does an explicit ``sync()``: when
 it returns, the segments it moved past are gone.
 
-Off the round's path is not the whole cure: the kernel frees the blocks (and, on a
-filesystem mounted with ``discard``, trims them) in the next journal commit, and the
-next round's ``fsync`` waits for that commit: 20-80 ms for a 100 MiB segment on the
-project machine, with the consumer held behind the round. So where no other open file
-holds the segment, it is unlinked and then freed in steps of :data:`STEP_BYTES`, each
-committed here (``ftruncate`` + ``fdatasync``): a round waits for one step at most.
-Another process reading the segment (a ``dump --follow``, a Spark read that does not
-consume) keeps it whole: a write lease (``F_SETLEASE``), which the kernel grants only
-to the one open file of an inode, decides, and where it is refused or not supported the
-segment is only unlinked, as before. The lease is held until the steps are done: an
-open that comes meanwhile (through a name looked up just before the unlink) breaks it,
-waits for the step in progress, and stops the rest.
+Off the round's path is not the whole cure: a filesystem mounted with ``discard``
+trims the freed blocks in the next journal commit, and the next round's ``fsync`` waits
+for that commit: 20-80 ms for a 100 MiB segment on the project machine, with the
+consumer held behind the round. So there, the segment is unlinked and then freed in
+steps of :data:`STEP_BYTES`, each committed here (``ftruncate`` + ``fdatasync``): a
+round waits for one step at most. The steps are taken only when nothing else can see
+them: no other name (hard link) and no other open file refers to the segment. A write
+lease (``F_SETLEASE``), which the kernel grants only to the one open file of an inode,
+decides the second, and is held until the steps are done: an open that comes meanwhile
+(through a name looked up just before the unlink) breaks it, waits for the step in
+progress and stops the rest; it sees the file shorter by the steps taken. Elsewhere
+(no ``discard``, no leases, more removals waiting, the segment held open), the segment
+is only unlinked, as before.
 """
 
 from __future__ import annotations
@@ -88,37 +89,84 @@ def _free_in_steps(fd: int, path: str) -> None:
             os.ftruncate(fd, size)
             os.fdatasync(fd)
     except OSError as exc:
-        # The file is unlinked: closing it frees whatever is left, in one commit.
-        log.debug("%s: freeing the removed segment in steps stopped: %s", path, exc)
+        # The file is unlinked: closing it frees whatever is left, in one commit. An
+        # error here is reported to this file only, so say it.
+        log.warning("%s: freeing the removed segment in steps stopped: %s", path, exc)
 
 
-def _remove(path: str) -> None:
+def mount_discards(mountinfo: str, dev: int) -> bool:
+    """Whether ``/proc/self/mountinfo`` text shows the filesystem of device ``dev``
+    mounted with ``discard`` (freed blocks trimmed in the journal commit), and not with
+    ``discard=async`` (trimmed later, off the commit)."""
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 7 or fields[2] != want or "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        options = fields[5].split(",")
+        if len(fields) > sep + 3:
+            options += fields[sep + 3].split(",")
+        if "discard" in options:
+            return True
+    return False
+
+
+_DISCARDS: dict[int, bool] = {}  # st_dev -> mount_discards, read once per device
+
+
+def frees_in_steps(path: str) -> bool:
+    """Whether consumed segments at ``path``'s filesystem are worth freeing in steps:
+    Linux leases exist and the filesystem trims freed blocks in its commit."""
+    if _SETLEASE is None or _SETSIG is None:
+        return False
+    try:
+        dev = os.stat(os.path.dirname(path) or ".").st_dev
+        known = _DISCARDS.get(dev)
+        if known is None:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+                known = _DISCARDS[dev] = mount_discards(f.read(), dev)
+    except OSError:
+        return False
+    return known
+
+
+def _remove(path: str, steps: bool) -> None:
+    """Remove the consumed segment ``path``; with ``steps``, free it in committed steps
+    where nothing else can see them (see the module's doc)."""
+    if not steps:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            # Consumed data only: the next open removes the leftover.
+            log.warning("%s: could not remove the consumed segment: %s", path, exc)
+        return
     try:
         # O_NONBLOCK: where another holder's lease (a file server's) would make the open
         # wait until it is broken, the open fails at once instead.
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return
     except OSError:
-        fd = -1  # unlinked below without the steps
-    alone = fd >= 0 and _alone(fd)
+        _remove(path, False)
+        return
+    alone = _alone(fd)
     try:
         os.remove(path)
-        if alone:
-            # Unlinked, and no other open file held it when the lease was granted; the
-            # lease stays until the steps are done, so whoever opens it meanwhile waits
-            # for the step in progress and stops the rest.
+        # Unlinked, with no other name left (a hard link keeps its bytes), and no other
+        # open file held it when the lease was granted; the lease stays until the steps
+        # are done, so whoever opens it meanwhile waits for the step in progress and
+        # stops the rest.
+        if alone and os.fstat(fd).st_nlink == 0:
             _free_in_steps(fd, path)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        # Consumed data only: the next open removes the leftover.
         log.warning("%s: could not remove the consumed segment: %s", path, exc)
     finally:
         if alone:
             _unlease(fd)
-        if fd >= 0:
-            os.close(fd)
+        os.close(fd)
 
 
 class SegmentRemover:
@@ -141,12 +189,19 @@ class SegmentRemover:
             try:
                 thread.start()
             except RuntimeError:
-                _remove(path)
+                _remove(path, False)  # on the caller's thread: no steps
                 return
             self._thread = thread
         with self._done:
             self._queued += 1
         self._paths.put(path)
+
+    def _in_steps(self, path: str) -> bool:
+        """Free ``path`` in steps only where that helps and no removal waits behind it:
+        a purge or a backlog is removed at the unlink's pace."""
+        with self._done:
+            backlog = self._queued > 1
+        return not backlog and frees_in_steps(path)
 
     def _main(self) -> None:
         paths = self._paths
@@ -154,10 +209,14 @@ class SegmentRemover:
             path = paths.get()
             if path is None:
                 return
-            _remove(path)
-            with self._done:
-                self._queued -= 1
-                self._done.notify_all()
+            try:
+                _remove(path, self._in_steps(path))
+            except Exception:  # never leave settle() waiting for a dead thread
+                log.exception("%s: removing the consumed segment failed", path)
+            finally:
+                with self._done:
+                    self._queued -= 1
+                    self._done.notify_all()
 
     def settle(self) -> None:
         """Wait until every queued removal is done."""
