@@ -226,9 +226,9 @@ def test_a_backlog_is_removed_without_steps(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(remover, "frees_in_steps", lambda path: True)
     rm = remover.SegmentRemover("q")
-    rm._queued = 1  # this removal alone
+    rm._queued = 1 + remover.STEP_BACKLOG  # this removal and the backlog allowed
     assert rm._in_steps("x")
-    rm._queued = 3  # two more wait behind it (a purge)
+    rm._queued = 2 + remover.STEP_BACKLOG  # one more waits behind it (a purge)
     assert not rm._in_steps("x")
 
 

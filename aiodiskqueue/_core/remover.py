@@ -40,6 +40,9 @@ log = logging.getLogger("aiodiskqueue")
 STEP_BYTES = 8 << 20
 """Bytes freed per committed step: a round's fsync meets at most one step's commit."""
 
+STEP_BACKLOG = 2
+"""Removals that may wait behind one freed in steps; with more, it is only unlinked."""
+
 _SETLEASE = getattr(fcntl, "F_SETLEASE", None)
 _SETSIG = getattr(fcntl, "F_SETSIG", None)
 
@@ -197,10 +200,11 @@ class SegmentRemover:
         self._paths.put(path)
 
     def _in_steps(self, path: str) -> bool:
-        """Free ``path`` in steps only where that helps and no removal waits behind it:
-        a purge or a backlog is removed at the unlink's pace."""
+        """Free ``path`` in steps only where that helps and at most
+        :data:`STEP_BACKLOG` removals wait behind it: a purge, or a drain that consumes
+        segments faster than the steps free them, goes at the unlink's pace."""
         with self._done:
-            backlog = self._queued > 1
+            backlog = self._queued - 1 > STEP_BACKLOG
         return not backlog and frees_in_steps(path)
 
     def _main(self) -> None:
