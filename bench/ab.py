@@ -17,6 +17,9 @@ and this checkout's ``bench/`` copied beside it, so
 that the harness imports the base's package. Both sides must load a native writer, or
 neither: a run that compares the native lane with the Python I/O thread stops.
 
+Both sides put their queues in ``bench/results/ab-queues`` (the repository's filesystem)
+unless RUN_ARGS give ``--tmpdir``, and run from the repository's directory.
+
 Usage: ``python bench/ab.py BASE [--pairs 6] [--json FILE] [--keep] [-- RUN_ARGS...]``,
 e.g. ``python bench/ab.py HEAD~3 -- --only put --producers 1 --sizes 1024 --loop uvloop``.
 Without RUN_ARGS: ``--sizes 1024 --loop uvloop --systems ours,raw,queuelib``.
@@ -28,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -104,12 +108,14 @@ class Compared:
 
 def compare(base_runs: Sequence[dict[str, Any]],
             head_runs: Sequence[dict[str, Any]]) -> list[Compared]:
-    """Pair the i-th run of each side and compare every row present in all of them."""
+    """Pair the i-th run of each side and compare every row present in all of them and
+    checked in all of them (a row whose order check failed has no rate to compare)."""
     if len(base_runs) != len(head_runs) or not base_runs:
         raise ABError("compare needs the same number of runs on each side, at least one")
     tables = [[{row_key(r): r for r in run["rows"]} for run in side]
               for side in (base_runs, head_runs)]
-    keys = [k for k in tables[0][0] if all(k in t for side in tables for t in side)]
+    keys = [k for k in tables[0][0] if all(k in t and t[k].get("verified", True)
+                                            for side in tables for t in side)]
     out = []
     for k in keys:
         b = [t[k] for t in tables[0]]
@@ -173,11 +179,12 @@ def _git(*args: str) -> str:
 
 def build_native(src: Path) -> Path:
     """Compile the native writer ``src`` into the module beside it, as the package's build
-    does (``-O2 -std=gnu11``), with this interpreter's compiler and headers: no build
-    backend of the base's era needed."""
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    out = src.with_name("_writer" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
-    cmd = [*cc, "-shared", "-fPIC", "-O2", "-std=gnu11",
+    does (the interpreter's ``CFLAGS``, then ``-O2 -std=gnu11``), with this interpreter's
+    compiler and headers: no build backend of the base's era needed."""
+    var = sysconfig.get_config_var
+    out = src.with_name("_writer" + (var("EXT_SUFFIX") or ".so"))
+    cmd = [*shlex.split(var("CC") or "cc"), *shlex.split(var("CFLAGS") or ""),
+           *shlex.split(var("CCSHARED") or "-fPIC"), "-O2", "-std=gnu11", "-shared",
            f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(out)]
     build = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if build.returncode != 0:
@@ -200,7 +207,7 @@ def checkout_base(rev: str, where: Path) -> Side:
 def run_once(side: Side, run_args: Sequence[str], out: Path) -> dict[str, Any]:
     """One run of the harness for ``side``; its JSON, checked to come from its tree."""
     proc = subprocess.run([sys.executable, str(side.script), *run_args, "--out", str(out)],
-                          cwd=side.tree, capture_output=True, text=True, check=False)
+                          cwd=REPO, capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not out.exists():
         raise ABError(f"the {side.name} run failed (exit {proc.returncode}):\n"
                       f"{(proc.stdout + proc.stderr)[-3000:]}")
@@ -224,10 +231,12 @@ def run_pairs(base: Side, head: Side, pairs: int, run_args: Sequence[str], workd
             side.runs.append(doc)
             say(f"pair {i + 1}/{pairs}: {side.name} done in {doc['meta']['duration_s']} s "
                 f"(load {load:.2f} before)")
-    natives = {bool(run["meta"].get("native_writer")) for run in base.runs + head.runs}
-    if len(natives) > 1:
-        raise ABError("one side ran with the native writer and the other without: the "
-                      "figures compare two write paths, not two revisions")
+        metas = [run["meta"] for run in base.runs + head.runs]
+        if len({bool(m.get("native_writer")) for m in metas}) > 1:
+            raise ABError("one side ran with the native writer and the other without: the "
+                          "figures compare two write paths, not two revisions")
+        if len({str(m.get("machine", {}).get("tmp_fs")) for m in metas}) > 1:
+            raise ABError("the two sides put their queues on different filesystems")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,6 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--out is set by ab.py for each run")
     run_args = run_args or list(DEFAULT_RUN_ARGS)
     workdir = Path(tempfile.mkdtemp(prefix="aiodiskqueue-ab-"))
+    if not any(a == "--tmpdir" or a.startswith("--tmpdir=") for a in run_args):
+        # Both sides' queues on one filesystem, the repository's (not a tmpfs /tmp).
+        queues = BENCH_DIR / "results" / "ab-queues"
+        queues.mkdir(parents=True, exist_ok=True)
+        run_args += ["--tmpdir", str(queues)]
     where = workdir / "base"
     started = time.strftime("%H:%M:%S")
     loads = [os.getloadavg()[0]]
@@ -257,11 +271,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         head = Side(f"this checkout ({_git('rev-parse', '--short', 'HEAD')}"
                     f"{', uncommitted changes' if _git('status', '--porcelain') else ''})",
                     REPO, BENCH_DIR / "run.py")
+        for src in (REPO / "aiodiskqueue").rglob("_writer.c"):
+            built = src.with_name("_writer" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+            if built.exists() and built.stat().st_mtime < src.stat().st_mtime:
+                print(f"ab: warning: {built.name} is older than {src.name} in this checkout; "
+                      "the head runs the old build (pip install -e . rebuilds it)", flush=True)
         run_pairs(base, head, args.pairs, run_args, workdir, say=lambda m: print(m, flush=True))
         loads.append(os.getloadavg()[0])
         rows = compare(base.runs, head.runs)
-    except ABError as exc:
+    except (ABError, OSError, ValueError, KeyError) as exc:
         print(f"ab: {exc}", file=sys.stderr)
+        if args.keep:
+            print(f"kept: {workdir}", file=sys.stderr)
         return 2
     finally:
         if not args.keep:

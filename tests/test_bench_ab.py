@@ -90,8 +90,30 @@ def test_a_native_run_is_not_compared_with_a_pure_python_one(
 
     monkeypatch.setattr(ab, "run_once", fake_run)
     with pytest.raises(ab.ABError, match="native writer"):
+        ab.run_pairs(base, head, 3, [], tmp_path, say=lambda m: None)
+    assert len(base.runs) == len(head.runs) == 1  # it stopped after the first pair
+
+
+def test_queues_on_different_filesystems_are_not_compared(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    base = ab.Side("base", tmp_path, tmp_path / "run.py")
+    head = ab.Side("head", REPO, REPO / "bench" / "run.py")
+
+    def fake_run(side: Any, run_args: Any, out: Path) -> dict[str, Any]:
+        doc = _run(_row("put", 1.0))
+        doc["meta"]["machine"] = {"tmp_fs": "ext4" if side is head else "tmpfs"}
+        return doc
+
+    monkeypatch.setattr(ab, "run_once", fake_run)
+    with pytest.raises(ab.ABError, match="different filesystems"):
         ab.run_pairs(base, head, 2, [], tmp_path, say=lambda m: None)
-    assert len(base.runs) == len(head.runs) == 2
+
+
+def test_a_row_whose_check_failed_is_not_compared() -> None:
+    bad = dict(_row("drain", 0.0), verified=False)
+    base = [_run(_row("put", 100.0), _row("drain", 50.0))]
+    head = [_run(_row("put", 110.0), bad)]
+    assert [c.key[0] for c in ab.compare(base, head)] == ["put"]
 
 
 def _ab(*args: str) -> subprocess.CompletedProcess[str]:
