@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
                                                args.segment_bytes)))
         rows["one"].append(run(drain_once(args.dir, args.messages, args.size, ONE_SEGMENT)))
     print(f"drain of {args.messages:,} x {args.size} B with async for, {args.loop}, "
-          f"{args.reps} alternating reps (medians; gaps: the consumer waited over 1 ms)")
+          f"{args.reps} alternating reps (medians, the longest gap over all reps; gaps: the "
+          f"consumer waited over 1 ms)")
     print(f"{'queue':<34} {'segments':>8} {'msgs/s':>10} {'cpu us':>7} {'gaps':>5} "
           f"{'gap ms total':>12} {'longest':>8} {'vs anchor':>9}")
     anchor = statistics.median(r[0] for r in rows["one"])

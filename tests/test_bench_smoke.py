@@ -234,7 +234,6 @@ def test_long_drain_removes_segments_and_prints_both_rows(tmp_path: Path) -> Non
     assert removing[:2] == ["64", "KiB"]
     assert int(removing[4]) == 5  # 3000 x 104 B records in 64 KiB segments
     assert int(anchor[3]) == 1 and anchor[-1] == "1.00x"
-    assert list(tmp_path.iterdir()) == []  # every queue directory went away
 
 
 def test_null_store_broker_serves_the_protocol_and_counts_finishes() -> None:
