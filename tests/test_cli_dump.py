@@ -10,12 +10,17 @@ import os
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT as REPO
 from conftest import copy_queue
 
 from aiodiskqueue import DiskQueue
+from aiodiskqueue._format.layout import Layout
+from aiodiskqueue._format.scan import iter_spans
+from aiodiskqueue.tools import follow
 
 
 def _env() -> dict[str, str]:
@@ -191,3 +196,33 @@ async def test_quarantined_records_can_be_salvaged(gofx: Path, tmp_path: Path) -
         ("fixture.diskqueue.000007.dat.bad", 3, offset, "bad_length")
     res = await asyncio.to_thread(cli, "dump", d, "fixture", "--quarantined", "--follow")
     assert res.returncode == 2
+
+
+def _follow_a_cut_segment(tmp_path: Path, removed: bool) -> list[str]:
+    """A follower reads segment 0, cut in the middle of a record, with segment 1 beside it;
+    with ``removed``, the segment's name goes away while it reads (the queue consumed it
+    and frees it in steps). The kinds of problem it reports."""
+    lay = Layout(str(tmp_path), "q")
+    rec = struct.pack(">I", 5) + b"hello"
+    Path(lay.segment_path(0)).write_bytes(rec * 3 + rec[:6])
+    Path(lay.segment_path(1)).write_bytes(rec)
+    def spans(path: str, *args: object) -> Iterator[object]:
+        for span in iter_spans(path, *args):  # type: ignore[arg-type]
+            if removed and os.path.exists(path):
+                os.remove(path)
+            yield span
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(follow, "iter_spans", spans)
+        f = follow.Follower(lay, 1, 100, start=(0, 0))
+        got = f.poll()
+    assert [m.payload for m in got] == [b"hello"] * 4  # 3 in segment 0, 1 in segment 1
+    return [p.kind for p in f.problems]
+
+
+def test_follow_reports_a_cut_segment_that_is_still_there(tmp_path: Path) -> None:
+    assert _follow_a_cut_segment(tmp_path, removed=False) == ["torn tail"]
+
+
+def test_follow_does_not_report_a_segment_removed_while_it_read(tmp_path: Path) -> None:
+    assert _follow_a_cut_segment(tmp_path, removed=True) == []

@@ -138,8 +138,11 @@ class Follower:
                             self.index += 1
                         self.pos = span.end
                         # An incomplete record at the end of the newest segment is
-                        # still being written: wait for it.
-                        if span.problem == BAD_LENGTH or (span.problem == TORN and newer):
+                        # still being written: wait for it. A segment whose name is gone
+                        # was consumed and removed while we read it (the queue may free
+                        # a removed segment in steps): not damage.
+                        if ((span.problem == BAD_LENGTH or (span.problem == TORN and newer))
+                                and os.path.exists(path)):
                             self._report(path, span)
                 except FileNotFoundError:
                     pass  # consumed and deleted by the queue
