@@ -126,6 +126,13 @@ def _worktrees() -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
+# The wheel session runs a copy of the tests outside any git checkout; ab.py is a tool of
+# the checkout, and the main suite (a clone) runs these.
+needs_git = pytest.mark.skipif(not (REPO / ".git").exists(),
+                               reason="needs a git checkout of the project")
+
+
+@needs_git
 def test_an_unknown_revision_fails_clearly_and_leaves_no_worktree() -> None:
     before = _worktrees()
     proc = _ab("no-such-revision-anywhere", "--pairs", "1")
@@ -142,6 +149,7 @@ def test_out_is_refused_in_the_run_arguments() -> None:
 # slow: it compiles the native writer and runs the suite twice (a few seconds); the matrix
 # sessions, whose interpreter differs from the checkout's build, leave it to the main run.
 @pytest.mark.slow
+@needs_git
 def test_head_against_itself_runs_each_side_from_its_own_tree(tmp_path: Path) -> None:
     before = _worktrees()
     out = tmp_path / "ab.json"
