@@ -177,12 +177,17 @@ def _git(*args: str) -> str:
     return proc.stdout.strip()
 
 
+def native_module(src: Path) -> Path:
+    """The compiled module that the native writer source ``src`` builds, beside it."""
+    return src.with_name("_writer" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+
+
 def build_native(src: Path) -> Path:
     """Compile the native writer ``src`` into the module beside it, as the package's build
     does (the interpreter's ``CFLAGS``, then ``-O2 -std=gnu11``), with this interpreter's
     compiler and headers: no build backend of the base's era needed."""
     var = sysconfig.get_config_var
-    out = src.with_name("_writer" + (var("EXT_SUFFIX") or ".so"))
+    out = native_module(src)
     cmd = [*shlex.split(var("CC") or "cc"), *shlex.split(var("CFLAGS") or ""),
            *shlex.split(var("CCSHARED") or "-fPIC"), "-O2", "-std=gnu11", "-shared",
            f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(out)]
@@ -272,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{', uncommitted changes' if _git('status', '--porcelain') else ''})",
                     REPO, BENCH_DIR / "run.py")
         for src in (REPO / "aiodiskqueue").rglob("_writer.c"):
-            built = src.with_name("_writer" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+            built = native_module(src)
             if built.exists() and built.stat().st_mtime < src.stat().st_mtime:
                 print(f"ab: warning: {built.name} is older than {src.name} in this checkout; "
                       "the head runs the old build (pip install -e . rebuilds it)", flush=True)

@@ -134,38 +134,38 @@ def frees_in_steps(path: str) -> bool:
     return known
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        # Consumed data only: the next open removes the leftover.
+        log.warning("%s: could not remove the consumed segment: %s", path, exc)
+
+
 def _remove(path: str, steps: bool) -> None:
     """Remove the consumed segment ``path``; with ``steps``, free it in committed steps
     where nothing else can see them (see the module's doc)."""
     if not steps:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            # Consumed data only: the next open removes the leftover.
-            log.warning("%s: could not remove the consumed segment: %s", path, exc)
+        _unlink(path)
         return
     try:
         # O_NONBLOCK: where another holder's lease (a file server's) would make the open
         # wait until it is broken, the open fails at once instead.
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        _remove(path, False)
+        _unlink(path)
         return
     alone = _alone(fd)
     try:
-        os.remove(path)
-        # Unlinked, with no other name left (a hard link keeps its bytes), and no other
-        # open file held it when the lease was granted; the lease stays until the steps
-        # are done, so whoever opens it meanwhile waits for the step in progress and
-        # stops the rest.
+        _unlink(path)
+        # Unlinked (a failed unlink leaves the name), with no other name left (a hard
+        # link keeps its bytes), and no other open file held it when the lease was
+        # granted; the lease stays until the steps are done, so whoever opens it
+        # meanwhile waits for the step in progress and stops the rest.
         if alone and os.fstat(fd).st_nlink == 0:
             _free_in_steps(fd, path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        log.warning("%s: could not remove the consumed segment: %s", path, exc)
     finally:
         if alone:
             _unlease(fd)
