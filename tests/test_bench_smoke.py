@@ -257,3 +257,46 @@ def test_null_store_broker_serves_the_protocol_and_counts_finishes() -> None:
             broker.close()
 
     assert asyncio.run(run()) == (300, 0)
+
+
+def test_readme_table_small_run_prints_the_readme_table_from_its_run(tmp_path: Path) -> None:
+    # bench/readme_table.py --small: one tiny run.py run, then the README's table of it.
+    # The table is checked against the run's own JSON, never against fixed figures.
+    mod = _load("readme_table")
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, str(BENCH / "readme_table.py"), "--small", "--loop", "asyncio",
+           "--systems", "ours,queuelib,litequeue,diskcache-full",
+           "--tmpdir", str(tmp_path / "queues"), "--json-out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Measured ") and "QUICK RUN" in lines[0]
+    assert "load average" in lines[0] and data["meta"]["timestamp"] in lines[0]
+    table = [ln for ln in lines if ln.startswith("|")]
+    assert table[0].startswith("| workload | aiodiskqueue | CPU us/msg | best crash-safe peer")
+    body = [[c.strip() for c in ln.strip("|").split("|")] for ln in table[2:]]
+    assert [r[0] for r in body] == [label for _, _, label in mod.ROWS]
+    ours = {(r["workload"], r["producers"]): r for r in data["rows"] if r["system"] == OURS}
+    go = mod.go_anchors(BENCH / "README.md")
+    assert set(go) == {("put", 1), ("put", 16), ("drain", 1), ("durable", 1)}
+    for (workload, producers, _), cells in zip(mod.ROWS, body, strict=True):
+        r = ours[(workload, producers)]
+        assert cells[1] == mod.fmt_rate(r["rate_median"])
+        assert float(cells[2]) == pytest.approx(r["cpu_us_per_msg"], rel=0.01, abs=0.05)
+        assert cells[4] == mod.fmt_ratio(r["ratio_best_peer"])
+        if r["best_peer"] is not None:
+            assert cells[3].startswith(r["best_peer"] + " ")
+        assert cells[6] == mod.fmt_ratio(r["ratio_queuelib"])
+        assert cells[7] == go.get((workload, producers), "-")
+    # A durable row names only a durable peer (never queuelib or a kill-safe one).
+    levels = {r["system"]: r["level"] for r in data["rows"]}
+    durable_peers = {ours[(w, p)]["best_peer"] for w, p, _ in mod.ROWS if w == "durable"}
+    assert durable_peers and all(levels[s] == "durable" for s in durable_peers if s), durable_peers
+    # --from-json prints the same table again without running anything.
+    again = subprocess.run([sys.executable, str(BENCH / "readme_table.py"), "--from-json",
+                            str(out)], capture_output=True, text=True, timeout=60, cwd=REPO,
+                           check=False)
+    assert again.returncode == 0, again.stderr
+    assert [ln for ln in again.stdout.splitlines() if ln.startswith("|")] == table
