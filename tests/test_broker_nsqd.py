@@ -127,7 +127,7 @@ async def test_req_with_a_non_numeric_timeout_is_e_invalid(broker: BrokerServer,
     c.send(b"REQ 0123456789abcdef " + timeout)
     f = await c.read()
     assert (f.type, f.data) == (FRAME_ERROR,
-                                b'E_INVALID REQ could not parse timeout "' + timeout + b'"')
+                                b"E_INVALID REQ could not parse timeout " + timeout)
     assert await c.closed_by_server()
 
 

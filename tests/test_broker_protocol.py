@@ -19,10 +19,12 @@ from aiodiskqueue.broker._protocol import (
     check_message_id,
     decode_name,
     frame,
+    go_quote,
     is_valid_name,
     message_frame,
     parse_int,
     parse_mpub,
+    raw_param,
 )
 
 
@@ -230,3 +232,21 @@ def test_command_line_rejects_a_bad_option(
     assert main(["--data-dir", str(tmp_path), "--msg-timeout", "0"]) == 2
     assert "msg_timeout must be a finite number > 0, got 0.0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing was created
+
+
+@pytest.mark.parametrize(
+    ("raw", "quoted"),
+    [(b"a b", '"a b"'), (b'q"\\', '"q\\"\\\\"'), (b"\n\t\x00\x7f", '"\\n\\t\\x00\\x7f"'),
+     (b"\xff\xfe", '"\\xff\\xfe"'), ("é".encode(), '"é"'), ("\u2028".encode(), '"\\u2028"'),
+     ("\U000e0001".encode(), '"\\U000e0001"')],
+    ids=["plain", "quote-backslash", "controls", "not-utf8", "printable-unicode",
+         "line-separator", "astral-format"],
+)
+def test_go_quote_writes_what_go_strconv_quote_writes(raw: bytes, quoted: str) -> None:
+    assert go_quote(raw) == quoted
+
+
+def test_raw_param_keeps_every_byte_in_the_error_frame() -> None:
+    cmd = b"B\xffD"
+    err = ClientError("E_INVALID", "invalid command " + raw_param(cmd))
+    assert err.frame()[8:] == b"E_INVALID invalid command B\xffD"

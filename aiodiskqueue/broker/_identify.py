@@ -173,7 +173,10 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     Raises ClientError(E_BAD_BODY) where Go's ``json.Unmarshal`` fails.
     """
     # Go keeps bytes that are not UTF-8 (as U+FFFD) rather than failing.
-    parsed = parse_top(body.decode("utf-8", "replace"))
+    try:
+        parsed = parse_top(body.decode("utf-8", "replace"))
+    except (ValueError, RecursionError, MemoryError):  # never an error the client cannot see
+        raise _bad() from None
     out: dict[str, Any] = dict.fromkeys(_INT_FIELDS, 0)
     out.update(dict.fromkeys(_STR_FIELDS, ""))
     out.update(dict.fromkeys(_BOOL_FIELDS, False))
@@ -189,7 +192,10 @@ def decode_identify(body: bytes) -> dict[str, Any]:
             continue  # unknown field, or null: left as it is
         if name in _INT_FIELDS:
             bits = _INT_FIELDS[name]
-            if type(value) is _Int and -(1 << bits) <= int(value) < (1 << bits):
+            # The length first: Python refuses to convert a string of more than
+            # 4,300 digits, and no 64-bit integer has more than 20 characters.
+            if (type(value) is _Int and len(value) <= 20
+                    and -(1 << bits) <= int(value) < (1 << bits)):
                 out[name] = int(value)
                 continue
         elif name in _STR_FIELDS:

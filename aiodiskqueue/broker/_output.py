@@ -128,10 +128,4 @@ def wake_future(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def show(raw: bytes) -> str:
-    """A parameter for an error message: quoted, never longer than 80 characters."""
-    text = raw[:80].decode("utf-8", "backslashreplace")
-    return f'"{text}"' + ("..." if len(raw) > 80 else "")
-
-
-__all__ = ["WRITE_HIGH_WATER", "Reply", "ReplyWriter", "show", "wake_future"]
+__all__ = ["WRITE_HIGH_WATER", "Reply", "ReplyWriter", "wake_future"]

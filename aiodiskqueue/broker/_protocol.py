@@ -58,8 +58,10 @@ class ClientError(Exception):
         self.fatal = fatal
 
     def frame(self) -> bytes:
-        """The error frame to send."""
-        return frame(FRAME_ERROR, f"{self.code} {self.description}".encode())
+        """The error frame to send (a parameter's bytes as the client sent them, see
+        :func:`raw_param`)."""
+        return frame(FRAME_ERROR,
+                     f"{self.code} {self.description}".encode("utf-8", "surrogateescape"))
 
 
 def frame(frame_type: int, data: bytes) -> bytes:
@@ -130,22 +132,65 @@ def check_message_id(raw: bytes) -> bytes:
     Raises ClientError(E_INVALID) otherwise.
     """
     if len(raw) != MSG_ID_LENGTH:
-        raise ClientError("E_INVALID", "Invalid Message ID")
+        raise ClientError("E_INVALID", "invalid message ID")
     return raw
 
 
+def raw_param(raw: bytes) -> str:
+    """A parameter for an error message as nsqd's ``%s`` writes it: its bytes unchanged.
+
+    Bytes that are not UTF-8 come back as surrogates, which
+    :meth:`ClientError.frame` turns back into the same bytes.
+    """
+    return raw.decode("utf-8", "surrogateescape")
+
+
+_GO_ESCAPES: Final = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                      "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+
+
+def go_quote(raw: bytes | str) -> str:
+    """A parameter as nsqd's ``%q`` writes it (Go's ``strconv.Quote``).
+
+    Printable characters stay, the usual backslash escapes, ``\\xNN`` for
+    other ASCII controls and for bytes that are not UTF-8, ``\\uNNNN`` /
+    ``\\UNNNNNNNN`` for other characters that are not printable.
+    """
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+    out = ['"']
+    for ch in text:
+        o = ord(ch)
+        esc = _GO_ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif 0xDC80 <= o <= 0xDCFF:  # a byte that is not UTF-8 (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        elif o < 0x80:
+            out.append(f"\\x{o:02x}")
+        elif o < 0x10000:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(f"\\U{o:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def parse_mpub(
-    body: bytes, max_msg_size: int, *, code_prefix: str = "MPUB"
+    body: bytes, max_msg_size: int, *, code_prefix: str = "MPUB", max_body_size: int = 0
 ) -> list[bytes]:
     """Split an MPUB body (``count``, then ``count`` x (size, bytes)) into messages.
 
-    Raises ClientError with nsqd's codes: E_BAD_BODY for a bad count or
-    trailing garbage, E_BAD_MESSAGE for a bad, oversize or truncated message.
+    A count above what ``max_body_size`` could hold (5 bytes a message, as
+    nsqd reckons) is refused at once. Raises ClientError with nsqd's codes:
+    E_BAD_BODY for a bad count or trailing garbage, E_BAD_MESSAGE for a bad,
+    oversize or truncated message.
     """
     if len(body) < 4:
         raise ClientError("E_BAD_BODY", f"{code_prefix} failed to read message count")
     count = read_int32(body)
-    if count <= 0:
+    if count <= 0 or (max_body_size and count > (max_body_size - 4) // 5):
         raise ClientError("E_BAD_BODY", f"{code_prefix} invalid message count {count}")
     out: list[bytes] = []
     off = 4
@@ -184,11 +229,13 @@ __all__ = [
     "check_message_id",
     "decode_name",
     "frame",
+    "go_quote",
     "is_valid_name",
     "message_frame",
     "message_frame_head",
     "pack_int32",
     "parse_int",
     "parse_mpub",
+    "raw_param",
     "read_int32",
 ]

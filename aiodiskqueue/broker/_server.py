@@ -11,14 +11,13 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from ..errors import DiskQueueError
+from ..errors import DiskQueueError, MessageNotInFlight
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
 from ._delivery import DeliveryPump
 from ._identify import ClientConfig, negotiate
-from ._input import CommandReader
+from ._input import LINE_LIMIT, CommandReader
 from ._output import WRITE_HIGH_WATER, Reply
-from ._output import show as _show
 from ._protocol import (
     CLOSE_WAIT,
     FRAME_RESPONSE,
@@ -30,8 +29,10 @@ from ._protocol import (
     check_message_id,
     decode_name,
     frame,
+    go_quote,
     parse_int,
     parse_mpub,
+    raw_param,
     read_int32,
 )
 from ._topic import Channel
@@ -155,7 +156,9 @@ class Connection(DeliveryPump):
                     except (asyncio.IncompleteReadError, ConnectionError):
                         return
                     except asyncio.LimitOverrunError:
-                        self.send(ClientError("E_INVALID", "command line too long").frame())
+                        # As nsqd when a line does not fit its read buffer: no answer.
+                        log.info("client %s: command line longer than %d bytes, closing",
+                                 self, LINE_LIMIT)
                         return
                 if line[-1:] == b"\r":
                     line = line[:-1]
@@ -177,15 +180,14 @@ class Connection(DeliveryPump):
                         try:
                             await d.finish()
                         except DiskQueueError as exc:  # not in flight, or closing
-                            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}",
-                                              fatal=False) from None
+                            raise _settle_failed("FIN", d.id, exc) from None
                         self.finish_count += 1
                         if self._failed:
                             return
                         continue
                     handler = self._handlers.get(params[0])
                     if handler is None:
-                        raise ClientError("E_INVALID", f"invalid command {_show(params[0])}")
+                        raise ClientError("E_INVALID", f"invalid command {raw_param(params[0])}")
                     resp = await handler(params)
                 except ClientError as err:
                     log.info("client %s: %s", self, err)
@@ -264,7 +266,10 @@ class Connection(DeliveryPump):
             return self._last_topic[1]  # a publisher mostly repeats its topic
         name = decode_name(raw)
         if name is None:
-            raise ClientError("E_BAD_TOPIC", f"{cmd} topic name {_show(raw)} is not valid")
+            # nsqd's MPUB repeats the code in its description.
+            prefix = "E_BAD_TOPIC " if cmd == "MPUB" else ""
+            raise ClientError("E_BAD_TOPIC",
+                              f"{prefix}{cmd} topic name {go_quote(raw)} is not valid")
         self._last_topic = (raw, name)
         return name
 
@@ -291,8 +296,10 @@ class Connection(DeliveryPump):
     async def _auth(self, params: list[bytes]) -> Reply:
         if self.state is not ClientState.INIT:
             raise ClientError("E_INVALID", "cannot AUTH in current state")
+        if len(params) != 1:
+            raise ClientError("E_INVALID", "AUTH invalid number of parameters")
         await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
-        raise ClientError("E_AUTH_DISABLED", "AUTH Disabled")
+        raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
 
     async def _sub(self, params: list[bytes]) -> Reply:
         if self.state is not ClientState.INIT:
@@ -303,10 +310,11 @@ class Connection(DeliveryPump):
             raise ClientError("E_INVALID", "SUB insufficient number of parameters")
         tname = decode_name(params[1])
         if tname is None:
-            raise ClientError("E_BAD_TOPIC", f"SUB topic name {_show(params[1])} is not valid")
+            raise ClientError("E_BAD_TOPIC", f"SUB topic name {go_quote(params[1])} is not valid")
         cname = decode_name(params[2])
         if cname is None:
-            raise ClientError("E_BAD_CHANNEL", f"SUB channel name {_show(params[2])} is not valid")
+            raise ClientError("E_BAD_CHANNEL",
+                              f"SUB channel name {go_quote(params[2])} is not valid")
         topic = await self.broker.get_topic(tname)
         ch = await self.broker.get_channel(topic, cname)
         ch.clients[self.id] = self
@@ -323,7 +331,7 @@ class Connection(DeliveryPump):
         if len(params) > 1:
             parsed = parse_int(params[1])
             if parsed is None:
-                raise ClientError("E_INVALID", f"RDY could not parse count {_show(params[1])}")
+                raise ClientError("E_INVALID", f"RDY could not parse count {raw_param(params[1])}")
             count = parsed
         mx = self.broker.options.max_rdy_count
         if count < 0 or count > mx:
@@ -347,7 +355,8 @@ class Connection(DeliveryPump):
         d = self.in_flight.get(msg_id)
         if d is None:
             code = {"FIN": "E_FIN_FAILED", "REQ": "E_REQ_FAILED", "TOUCH": "E_TOUCH_FAILED"}[cmd]
-            raise ClientError(code, f"{cmd} {_show(msg_id)} failed ID not in flight", fatal=False)
+            raise ClientError(code, f"{cmd} {raw_param(msg_id)} failed ID not in flight",
+                              fatal=False)
         return d
 
     def _fin(self, params: list[bytes]) -> Delivery:
@@ -361,7 +370,7 @@ class Connection(DeliveryPump):
         msg_id = self._settle_params(params, "REQ", 3)
         ms = parse_int(params[2], signed=False)
         if ms is None:
-            raise ClientError("E_INVALID", f"REQ could not parse timeout {_show(params[2])}")
+            raise ClientError("E_INVALID", f"REQ could not parse timeout {raw_param(params[2])}")
         # As nsqd: a delay out of range is clamped (pynsq's backoff passes 1 h
         # from its 41st attempt), not an error.
         mx = round(self.broker.options.max_req_timeout * 1000)
@@ -375,8 +384,7 @@ class Connection(DeliveryPump):
         try:
             await d.requeue(ms / 1000)
         except DiskQueueError as exc:
-            raise ClientError("E_REQ_FAILED", f"REQ {_show(d.id)} failed {exc}",
-                              fatal=False) from None
+            raise _settle_failed("REQ", d.id, exc) from None
         self.requeue_count += 1
         return None
 
@@ -387,8 +395,7 @@ class Connection(DeliveryPump):
         except DiskQueueError as exc:
             self.in_flight.pop(d.id, None)
             self.wake()
-            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_show(d.id)} failed {exc}",
-                              fatal=False) from None
+            raise _settle_failed("TOUCH", d.id, exc) from None
         return None
 
     async def _nop(self, params: list[bytes]) -> Reply:
@@ -421,7 +428,7 @@ class Connection(DeliveryPump):
         tname = await self._topic_param(params, "DPUB", 3)
         ms = parse_int(params[2], signed=False)
         if ms is None:
-            raise ClientError("E_INVALID", f"DPUB could not parse timeout {_show(params[2])}")
+            raise ClientError("E_INVALID", f"DPUB could not parse timeout {raw_param(params[2])}")
         mx = round(self.broker.options.max_req_timeout * 1000)
         if ms < 0 or ms > mx:
             raise ClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{mx}")
@@ -432,7 +439,8 @@ class Connection(DeliveryPump):
     async def _mpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "MPUB", 2)
         body = await self._read_body("MPUB", "E_BAD_BODY", self.broker.options.max_body_size)
-        bodies = parse_mpub(body, self.broker.options.max_msg_size)
+        bodies = parse_mpub(body, self.broker.options.max_msg_size,
+                            max_body_size=self.broker.options.max_body_size)
         return self._publish("E_MPUB_FAILED", "MPUB", tname, bodies)
 
     def _publish(self, code: str, cmd: str, tname: str, bodies: list[bytes],
@@ -479,6 +487,13 @@ class Connection(DeliveryPump):
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
+
+
+def _settle_failed(cmd: str, msg_id: bytes, exc: DiskQueueError) -> ClientError:
+    """The error frame of a FIN, REQ or TOUCH that the store refused, in nsqd's words."""
+    reason = "ID not in flight" if isinstance(exc, MessageNotInFlight) else str(exc)
+    return ClientError(f"E_{cmd}_FAILED", f"{cmd} {raw_param(msg_id)} failed {reason}",
+                       fatal=False)
 
 
 async def _run_heartbeat(conn: Connection) -> None:

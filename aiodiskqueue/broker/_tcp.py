@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ._broker import Broker
-from ._input import LINE_LIMIT
+from ._input import READ_SIZE
 from ._server import Connection
 
 
@@ -20,7 +20,7 @@ class TCPServer:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0 picks a free port); return the port."""
-        self._server = await asyncio.start_server(self._handle, host, port, limit=LINE_LIMIT)
+        self._server = await asyncio.start_server(self._handle, host, port, limit=READ_SIZE)
         sock = self._server.sockets[0]
         real_port: int = sock.getsockname()[1]
         return real_port
