@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -163,11 +164,47 @@ def test_identify_feature_negotiation_json() -> None:
     assert data["msg_timeout"] == 2000
     assert data["max_rdy_count"] == 100
     assert data["max_msg_timeout"] == 15 * 60_000
-    assert data["tls_v1"] is False and data["snappy"] is False and data["deflate"] is False
+    # No certificate: no TLS. Snappy is on by default, as in nsqd.
+    assert data["tls_v1"] is False and data["snappy"] is True and data["deflate"] is False
+    assert (cfg.tls_v1, cfg.snappy, cfg.deflate) == (False, True, False)
     assert data["auth_required"] is False
     assert cfg.msg_timeout_ms == 2000
     assert cfg.heartbeat_interval_ms == 0  # -1 disables heartbeats
     assert data["heartbeat_interval"] == -1
+
+
+@pytest.mark.parametrize(
+    ("asked", "max_level", "enabled", "granted", "level"),
+    [({"deflate": True}, 6, True, True, 6),
+     ({"deflate": True, "deflate_level": 3}, 6, True, True, 3),
+     ({"deflate": True, "deflate_level": 9}, 5, True, True, 5),
+     ({"deflate_level": 9}, 4, True, False, 4),
+     ({"deflate": True}, 6, False, False, 6)],
+    ids=["default-level", "asked-level", "capped", "not-asked", "disabled"],
+)
+def test_identify_deflate_level_as_nsqd(asked: dict[str, object], max_level: int, enabled: bool,
+                                        granted: bool, level: int) -> None:
+    limits = BrokerOptions(max_deflate_level=max_level, deflate=enabled).limits()
+    cfg, resp = negotiate(json.dumps({"feature_negotiation": True, **asked}).encode(), limits)
+    data = json.loads(resp)
+    assert (data["deflate"], data["deflate_level"], data["max_deflate_level"]) == (
+        granted, level, max_level)
+    assert (cfg.deflate, cfg.deflate_level) == (granted, level)
+
+
+def test_identify_both_compressions_is_e_identify_failed() -> None:
+    with pytest.raises(ClientError) as err:
+        negotiate(b'{"feature_negotiation": true, "deflate": true, "snappy": true}',
+                  BrokerOptions().limits())
+    assert err.value.frame()[8:] == (
+        b"E_IDENTIFY_FAILED cannot enable both deflate and snappy compression")
+    assert err.value.fatal
+
+
+def test_identify_upgrades_only_with_feature_negotiation() -> None:
+    cfg, resp = negotiate(b'{"deflate": true, "tls_v1": true}',
+                          replace(BrokerOptions().limits(), tls=True))
+    assert resp == b"OK" and not (cfg.deflate or cfg.tls_v1 or cfg.snappy)
 
 
 def test_identify_defaults_when_zero() -> None:

@@ -11,6 +11,7 @@ from ._http import HTTPApi
 from ._lookupd import LookupdPeer
 from ._options import BrokerOptions
 from ._tcp import TCPServer
+from ._tls import server_context
 
 
 class BrokerServer:
@@ -19,6 +20,9 @@ class BrokerServer:
     ``async with BrokerServer(data_dir, tcp_port=4150, http_port=4151) as b:``
     opens every topic and channel of ``data_dir`` and listens; ``b.tcp_port``
     and ``b.http_port`` are the real ports (pass 0 for ephemeral ones).
+    ``https_port`` adds nsqd's HTTPS listener (the options' certificate).
+    Raises ValueError for an HTTPS port without a certificate, OSError or
+    ssl.SSLError if the certificate, key or CA file cannot be loaded.
     Closing stops listening, requeues what connected clients had in flight,
     and syncs every queue.
     """
@@ -30,13 +34,19 @@ class BrokerServer:
         host: str = "127.0.0.1",
         tcp_port: int = 4150,
         http_port: int = 4151,
+        https_port: int | None = None,
         options: BrokerOptions | None = None,
     ) -> None:
         self.broker = Broker(data_dir, options)
         self.host = host
         self.tcp_port = tcp_port
         self.http_port = http_port
-        self.tcp = TCPServer(self.broker)
+        self.https_port = https_port
+        # Built at once, so that a bad certificate fails here, before anything opens.
+        self.tls_context = server_context(self.broker.options)
+        if https_port is not None and self.tls_context is None:
+            raise ValueError("an HTTPS listener needs tls_cert and tls_key")
+        self.tcp = TCPServer(self.broker, tls_context=self.tls_context)
         self.http = HTTPApi(self.broker)
         self._started = False
 
@@ -49,6 +59,9 @@ class BrokerServer:
         await self.broker.start()
         self._started = True
         self.tcp_port = self.broker.tcp_port = await self.tcp.start(self.host, self.tcp_port)
+        if self.https_port is not None:
+            self.https_port = self.http.https_port = await self.http.start(
+                self.host, self.https_port, ssl_context=self.tls_context)
         self.http_port = self.broker.http_port = await self.http.start(self.host, self.http_port)
         # Registered once the ports are known, as nsqd.
         self.broker.lookupd = [LookupdPeer(self.broker, a)

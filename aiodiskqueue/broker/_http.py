@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -72,7 +73,9 @@ class HTTPApi:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        app = web.Application(middlewares=[_errors],
+        self.https_port = 0
+        """The HTTPS listener's port, told to plain HTTP clients when TLS is required."""
+        app = web.Application(middlewares=[self._tls_policy, _errors],
                               client_max_size=broker.options.max_body_size + 1)
         r = app.router
         r.add_get("/ping", self.ping)
@@ -93,15 +96,19 @@ class HTTPApi:
         self.app = app
         self._runner: web.AppRunner | None = None
 
-    async def start(self, host: str, port: int) -> int:
-        """Serve on ``host:port`` (0 picks a free port); return the port."""
-        # The keep-alive timer runs from the connection's start and from each
-        # response until a request's headers are complete: it bounds a client
-        # sending headers a byte at a time as much as an idle one.
-        self._runner = web.AppRunner(self.app, access_log=None,
-                                     keepalive_timeout=self.broker.options.http_read_timeout)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+    async def start(self, host: str, port: int, *,
+                    ssl_context: ssl.SSLContext | None = None) -> int:
+        """Serve on ``host:port`` (0 picks a free port), over TLS with ``ssl_context``;
+        return the port. Called again, it adds a listener (the HTTPS one)."""
+        if self._runner is None:
+            # The keep-alive timer runs from the connection's start and from each
+            # response until a request's headers are complete: it bounds a client
+            # sending headers a byte at a time as much as an idle one.
+            self._runner = web.AppRunner(
+                self.app, access_log=None,
+                keepalive_timeout=self.broker.options.http_read_timeout)
+            await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
         await site.start()
         server = site._server
         assert server is not None
@@ -113,6 +120,13 @@ class HTTPApi:
         """Stop serving."""
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @web.middleware
+    async def _tls_policy(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """``tls_required="true"``: plain HTTP is refused, as nsqd refuses it."""
+        if not request.secure and self.broker.options.tls_required_mode == "true":
+            return _json({"message": "TLS_REQUIRED", "https_port": self.https_port}, 403)
+        return await handler(request)
 
     # ------------------------------------------------------------------ helpers
 

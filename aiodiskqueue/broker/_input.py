@@ -15,7 +15,12 @@ READ_SIZE = 64 * 1024
 
 Decoder = Callable[[bytes], bytes]
 """Turns bytes off the wire into protocol bytes (a compression layer); may return
-``b""`` while a chunk is incomplete. Raises ValueError for bytes it cannot decode."""
+``b""`` while a chunk is incomplete. Raises BadStream for bytes it cannot decode."""
+
+
+class BadStream(ConnectionError):
+    """The client's bytes cannot be decoded (its compression layer is broken): as nsqd,
+    the connection ends like a broken one, without an answer."""
 
 
 class CommandReader:
@@ -86,7 +91,7 @@ class CommandReader:
         """The next command line (without its ``\\n``), waiting for it.
 
         Raises IncompleteReadError if the stream ends first, LimitOverrunError as
-        soon as more than the limit has arrived without a newline, ValueError
+        soon as more than the limit has arrived without a newline, BadStream
         from the decoder, what the stream raises on a broken connection.
         """
         self._fold()
@@ -118,7 +123,7 @@ class CommandReader:
     async def readexactly(self, n: int) -> bytes:
         """The next ``n`` bytes, waiting for them.
 
-        Raises IncompleteReadError if the stream ends first, ValueError from the
+        Raises IncompleteReadError if the stream ends first, BadStream from the
         decoder, what the stream raises on a broken connection.
         """
         self._fold()
@@ -144,4 +149,4 @@ class CommandReader:
         return self._buf[:n]
 
 
-__all__ = ["LINE_LIMIT", "READ_SIZE", "CommandReader", "Decoder"]
+__all__ = ["LINE_LIMIT", "READ_SIZE", "BadStream", "CommandReader", "Decoder"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from ._protocol import ClientError
 
@@ -33,6 +34,26 @@ class ReplyWriter:
         self._failed = False
         self._replies: deque[bytes | ClientError | asyncio.Task[bytes]] = deque()
         """Replies not sent yet, in command order: a publish's reply waits for its store."""
+        self._held = False
+        """Frames stay queued, unwritten: the stream is being upgraded to TLS."""
+        self._encode: Callable[[bytes], bytes] | None = None
+        """The connection's compression, applied to each write."""
+
+    def hold(self) -> None:
+        """Write nothing until :meth:`release` (a TLS handshake runs on the stream)."""
+        self._flush()
+        self._held = True
+
+    def release(self) -> None:
+        """Write what was queued while held, and everything after it, again."""
+        self._held = False
+        self._flush()
+
+    def set_encoder(self, encode: Callable[[bytes], bytes]) -> None:
+        """Pass every write from here on through ``encode`` (what is queued goes out first,
+        as it was)."""
+        self._flush()
+        self._encode = encode
 
     def close(self) -> None:
         """Close the connection from the server side."""
@@ -58,9 +79,12 @@ class ReplyWriter:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._out and not self._closed:
+        if self._out and not self._closed and not self._held:
             out, self._out = self._out, []
-            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
+            data = b"".join(out) if len(out) > 1 else out[0]
+            if self._encode is not None:
+                data = self._encode(data)
+            self.writer.write(data)
 
     async def _drain_if_needed(self) -> None:
         transport = self.writer.transport

@@ -7,16 +7,19 @@ import contextlib
 import enum
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from ..errors import DiskQueueError, MessageNotInFlight
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
+from ._compress import deflate_codec, snappy_codec
 from ._delivery import DeliveryPump
 from ._identify import ClientConfig, negotiate
-from ._input import LINE_LIMIT, CommandReader
+from ._input import LINE_LIMIT, BadStream, CommandReader
 from ._output import WRITE_HIGH_WATER, Reply
 from ._protocol import (
     CLOSE_WAIT,
@@ -35,6 +38,7 @@ from ._protocol import (
     raw_param,
     read_int32,
 )
+from ._tls import HANDSHAKE_TIMEOUT, connection_info
 from ._topic import Channel
 
 log = logging.getLogger(__name__)
@@ -77,13 +81,18 @@ class Connection(DeliveryPump):
     """
 
     def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        *, tls_context: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(writer)
         self.broker = broker
         self.reader = CommandReader(reader)
         self.id = next(_ids)
         opts = broker.options
+        self._tls_context = tls_context
+        self._tls_required = opts.tls_required_mode != "false"
+        self.ssl_object: ssl.SSLObject | None = None
+        """The TLS session once the client upgraded (IDENTIFY ``tls_v1``)."""
         self.config = ClientConfig(
             heartbeat_interval_ms=round(opts.heartbeat_interval * 1000),
             msg_timeout_ms=round(opts.msg_timeout * 1000),
@@ -155,6 +164,9 @@ class Connection(DeliveryPump):
                         line = await reader.readline()
                     except (asyncio.IncompleteReadError, ConnectionError):
                         return
+                    except BadStream as exc:
+                        log.info("client %s: %s, closing", self, exc)
+                        return
                     except asyncio.LimitOverrunError:
                         # As nsqd when a line does not fit its read buffer: no answer.
                         log.info("client %s: command line longer than %d bytes, closing",
@@ -185,6 +197,8 @@ class Connection(DeliveryPump):
                         if self._failed:
                             return
                         continue
+                    if self._tls_required and self.ssl_object is None:
+                        self._check_tls(params[0])
                     handler = self._handlers.get(params[0])
                     if handler is None:
                         raise ClientError("E_INVALID", f"invalid command {raw_param(params[0])}")
@@ -195,10 +209,14 @@ class Connection(DeliveryPump):
                     if err.fatal:
                         return
                     continue
+                except BadStream as exc:
+                    log.info("client %s: %s, closing", self, exc)
+                    return
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 if resp is not None:
                     self._reply(resp)
+                transport = self.writer.transport  # a TLS upgrade replaces it
                 if self._failed:
                     return
                 if len(self._replies) > _MAX_PENDING_REPLIES:
@@ -281,6 +299,8 @@ class Connection(DeliveryPump):
         body = await self._read_body("IDENTIFY", "E_BAD_BODY", self.broker.options.max_body_size)
         opts = self.broker.options
         limits = opts.limits()
+        if limits.tls != (self._tls_context is not None):
+            limits = replace(limits, tls=self._tls_context is not None)
         self.config, resp = negotiate(body, limits, client_msg_timeout=PER_DELIVERY_TIMEOUT)
         ms = self.config.msg_timeout_ms
         # The broker's own value exactly when the client asked for none (or for
@@ -291,7 +311,58 @@ class Connection(DeliveryPump):
             # Restart the ticker with the negotiated interval.
             self._heartbeat.cancel()
             self._heartbeat = asyncio.get_running_loop().create_task(self._run_heartbeat())
+        cfg = self.config
+        if cfg.tls_v1 or cfg.snappy or cfg.deflate:
+            await self._upgrade(frame(FRAME_RESPONSE, resp))
+            return None
         return frame(FRAME_RESPONSE, resp)
+
+    def _check_tls(self, cmd: bytes) -> None:
+        """``--tls-required``: every command but IDENTIFY waits for the upgrade (nsqd's words)."""
+        if cmd != b"IDENTIFY":
+            raise ClientError("E_INVALID",
+                              f"cannot {raw_param(cmd)} in current state (TLS required)")
+
+    async def _upgrade(self, answer: bytes) -> None:
+        """Send IDENTIFY's ``answer``, then upgrade the stream as nsqd: TLS (answered
+        ``OK`` once the handshake is done), then compression (``OK``, compressed).
+
+        Raises BadStream if the TLS handshake fails (the connection is closed, no
+        frame: the stream is neither plain nor TLS any more).
+        """
+        storing = [r for r in self._replies if isinstance(r, asyncio.Task)]
+        if storing:  # the replies of publishes before IDENTIFY go out first, plain
+            await asyncio.wait(storing)
+        if self._failed:
+            raise ConnectionError("closed by a failed publish")
+        cfg = self.config
+        if cfg.tls_v1:
+            assert self._tls_context is not None  # negotiate grants TLS only with it
+            # Stop reading first: the client's handshake must reach TLS, not the buffer.
+            transport = self.writer.transport
+            assert isinstance(transport, asyncio.ReadTransport)
+            transport.pause_reading()
+            self.send(answer)
+            self.hold()
+            try:
+                await self.writer.start_tls(self._tls_context,
+                                            ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+            except (ssl.SSLError, OSError, TimeoutError) as exc:
+                raise BadStream(f"TLS handshake failed: {exc}") from None
+            self.ssl_object = self.writer.get_extra_info("ssl_object")
+            log.info("client %s: upgraded to TLS", self)
+            self.release()
+            self.send(_OK_FRAME)
+        else:
+            self.send(answer)
+        if cfg.snappy or cfg.deflate:
+            encode, decode = (snappy_codec() if cfg.snappy
+                              else deflate_codec(cfg.deflate_level))
+            self.set_encoder(encode)
+            self.reader.set_decoder(decode)
+            log.info("client %s: upgraded to %s", self, "snappy" if cfg.snappy else
+                     f"deflate (level {cfg.deflate_level})")
+            self.send(_OK_FRAME)
 
     async def _auth(self, params: list[bytes]) -> Reply:
         if self.state is not ClientState.INIT:
@@ -361,6 +432,8 @@ class Connection(DeliveryPump):
 
     def _fin(self, params: list[bytes]) -> Delivery:
         """FIN's checks (not a coroutine); :meth:`run` finishes the message in the store."""
+        if self._tls_required and self.ssl_object is None:
+            self._check_tls(params[0])
         d = self._in_flight(self._settle_params(params, "FIN", 2), "FIN")
         del self.in_flight[d.id]
         self.wake()
@@ -533,10 +606,10 @@ def _client_stats(conn: Connection) -> dict[str, Any]:
         "requeue_count": conn.requeue_count,
         "connect_ts": conn.connect_ts,
         "sample_rate": cfg.sample_rate,
-        "deflate": False,
-        "snappy": False,
+        "deflate": cfg.deflate,
+        "snappy": cfg.snappy,
         "user_agent": cfg.user_agent,
-        "tls": False,
+        **connection_info(conn.ssl_object),
         "msg_timeout": cfg.msg_timeout_ms,
     }
 

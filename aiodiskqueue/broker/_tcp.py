@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from ._broker import Broker
 from ._input import READ_SIZE
@@ -12,8 +13,10 @@ from ._server import Connection
 class TCPServer:
     """Accepts protocol V2 connections for a :class:`Broker`."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, *, tls_context: ssl.SSLContext | None = None) -> None:
         self.broker = broker
+        self.tls_context = tls_context
+        """Clients that ask for ``tls_v1`` in IDENTIFY upgrade with it; None: no TLS."""
         self.connections: dict[int, Connection] = {}
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -26,7 +29,7 @@ class TCPServer:
         return real_port
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(self.broker, reader, writer)
+        conn = Connection(self.broker, reader, writer, tls_context=self.tls_context)
         self.connections[conn.id] = conn
         task = asyncio.current_task()
         if task is not None:
