@@ -162,10 +162,10 @@ class Connection(DeliveryPump):
                     self._last_active = loop.time()
                     try:
                         line = await reader.readline()
-                    except (asyncio.IncompleteReadError, ConnectionError):
-                        return
                     except BadStream as exc:
                         log.info("client %s: %s, closing", self, exc)
+                        return
+                    except (asyncio.IncompleteReadError, ConnectionError):
                         return
                     except asyncio.LimitOverrunError:
                         # As nsqd when a line does not fit its read buffer: no answer.
