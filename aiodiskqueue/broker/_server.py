@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import DiskQueueError, MessageNotInFlight
+from ._auth import AuthClient, ClientAuth
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
 from ._compress import deflate_codec, snappy_codec
@@ -38,7 +39,7 @@ from ._protocol import (
     raw_param,
     read_int32,
 )
-from ._tls import HANDSHAKE_TIMEOUT, connection_info
+from ._tls import HANDSHAKE_TIMEOUT, connection_info, peer_common_name
 from ._topic import Channel
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class Connection(DeliveryPump):
 
     def __init__(
         self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-        *, tls_context: ssl.SSLContext | None = None,
+        *, tls_context: ssl.SSLContext | None = None, auth: AuthClient | None = None,
     ) -> None:
         super().__init__(writer)
         self.broker = broker
@@ -93,6 +94,9 @@ class Connection(DeliveryPump):
         self._tls_required = opts.tls_required_mode != "false"
         self.ssl_object: ssl.SSLObject | None = None
         """The TLS session once the client upgraded (IDENTIFY ``tls_v1``)."""
+        self.authz = (ClientAuth(auth, self._peer)
+                      if auth is not None and auth.enabled else None)
+        """AUTH and its checks; None without auth servers (everything allowed)."""
         self.config = ClientConfig(
             heartbeat_interval_ms=round(opts.heartbeat_interval * 1000),
             msg_timeout_ms=round(opts.msg_timeout * 1000),
@@ -369,8 +373,16 @@ class Connection(DeliveryPump):
             raise ClientError("E_INVALID", "cannot AUTH in current state")
         if len(params) != 1:
             raise ClientError("E_INVALID", "AUTH invalid number of parameters")
-        await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
-        raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
+        body = await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
+        if self.authz is None:
+            raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
+        return frame(FRAME_RESPONSE, await self.authz.auth(body))
+
+    def _peer(self) -> tuple[str, bool, str]:
+        """What the auth server is told of this client: IP, TLS, certificate name."""
+        peer = self.writer.get_extra_info("peername")
+        return (peer[0] if isinstance(peer, tuple) else "", self.ssl_object is not None,
+                peer_common_name(self.ssl_object))
 
     async def _sub(self, params: list[bytes]) -> Reply:
         if self.state is not ClientState.INIT:
@@ -386,6 +398,8 @@ class Connection(DeliveryPump):
         if cname is None:
             raise ClientError("E_BAD_CHANNEL",
                               f"SUB channel name {go_quote(params[2])} is not valid")
+        if self.authz is not None:
+            await self.authz.check("SUB", tname, cname)
         topic = await self.broker.get_topic(tname)
         ch = await self.broker.get_channel(topic, cname)
         ch.clients[self.id] = self
@@ -486,6 +500,8 @@ class Connection(DeliveryPump):
         tname = await self._topic_param(params, "PUB", 2)
         body = await self._read_body("PUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
+        if self.authz is not None:
+            await self.authz.check("PUB", tname)
         batch = self._pub_batch
         if batch is not None and batch[0] == tname:
             # A PUB to the same topic whose store has not started yet: one write,
@@ -507,10 +523,14 @@ class Connection(DeliveryPump):
             raise ClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{mx}")
         body = await self._read_body("DPUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
+        if self.authz is not None:
+            await self.authz.check("DPUB", tname)
         return self._publish("E_DPUB_FAILED", "DPUB", tname, [body], ms / 1000)
 
     async def _mpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "MPUB", 2)
+        if self.authz is not None:  # before the body, as nsqd
+            await self.authz.check("MPUB", tname)
         body = await self._read_body("MPUB", "E_BAD_BODY", self.broker.options.max_body_size)
         bodies = parse_mpub(body, self.broker.options.max_msg_size,
                             max_body_size=self.broker.options.max_body_size)
@@ -610,6 +630,7 @@ def _client_stats(conn: Connection) -> dict[str, Any]:
         "snappy": cfg.snappy,
         "user_agent": cfg.user_agent,
         **connection_info(conn.ssl_object),
+        **(conn.authz.stats() if conn.authz is not None else {}),
         "msg_timeout": cfg.msg_timeout_ms,
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+from ._auth import AuthClient
 from ._broker import Broker
 from ._input import READ_SIZE
 from ._server import Connection
@@ -17,6 +18,8 @@ class TCPServer:
         self.broker = broker
         self.tls_context = tls_context
         """Clients that ask for ``tls_v1`` in IDENTIFY upgrade with it; None: no TLS."""
+        self.auth = AuthClient(broker.options)
+        """The auth servers' client, shared by the connections (unused without servers)."""
         self.connections: dict[int, Connection] = {}
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -29,7 +32,8 @@ class TCPServer:
         return real_port
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(self.broker, reader, writer, tls_context=self.tls_context)
+        conn = Connection(self.broker, reader, writer, tls_context=self.tls_context,
+                          auth=self.auth)
         self.connections[conn.id] = conn
         task = asyncio.current_task()
         if task is not None:
@@ -52,6 +56,7 @@ class TCPServer:
             await asyncio.wait(list(self._tasks), timeout=10.0)
         if self._server is not None:
             await self._server.wait_closed()
+        await self.auth.aclose()
 
 
 __all__ = ["TCPServer"]
