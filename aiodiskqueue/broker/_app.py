@@ -47,7 +47,7 @@ class BrokerServer:
         if https_port is not None and self.tls_context is None:
             raise ValueError("an HTTPS listener needs tls_cert and tls_key")
         self.tcp = TCPServer(self.broker, tls_context=self.tls_context)
-        self.http = HTTPApi(self.broker)
+        self.http = HTTPApi(self.broker, self.tcp.producer_stats)
         self._started = False
 
     async def start(self) -> None:

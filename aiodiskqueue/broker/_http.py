@@ -10,8 +10,10 @@ with nsqd's status codes and codes (``MISSING_ARG_TOPIC``, ``INVALID_TOPIC``,
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
+import os
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -71,8 +73,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 class HTTPApi:
     """The HTTP routes of a :class:`Broker`."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker,
+                 producers: Callable[[str], list[dict[str, Any]]] | None = None) -> None:
         self.broker = broker
+        self._producers = producers
+        """The stats of the TCP clients that published (nsqd's ``producers``)."""
         self.https_port = 0
         """The HTTPS listener's port, told to plain HTTP clients when TLS is required."""
         app = web.Application(middlewares=[self._tls_policy, _errors],
@@ -196,7 +201,14 @@ class HTTPApi:
     async def stats(self, request: web.Request) -> web.Response:
         """``GET /stats?format=json[&topic=T[&channel=C]]`` (text without ``format=json``)."""
         q = request.query
-        data = self.broker.stats(q.get("topic", ""), q.get("channel", ""))
+        include_clients = _BOOL_PARAMS.get(q.get("include_clients", ""), True)
+        include_mem = _BOOL_PARAMS.get(q.get("include_mem", ""), True)
+        topic = q.get("topic", "")
+        producers = (self._producers(topic)
+                     if include_clients and self._producers is not None else None)
+        data = self.broker.stats(topic, q.get("channel", ""), include_clients=include_clients,
+                                 memory=memory_stats() if include_mem else None,
+                                 producers=producers)
         if q.get("format") == "json":
             return _json(data)
         return _text(_format_text(data))
@@ -301,6 +313,33 @@ class HTTPApi:
         ch.set_paused(not request.path.endswith("unpause"))
         await self.broker.persist_meta()
         return _text("")
+
+
+_BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+"""nsqd's values of ``include_clients`` and ``include_mem`` (anything else: the default)."""
+
+
+def memory_stats() -> dict[str, int]:
+    """nsqd's ``memory`` object, from what Python can tell: ``heap_objects`` are the
+    objects the garbage collector tracks, ``heap_in_use_bytes`` the resident set,
+    ``gc_total_runs`` the collections of every generation. Go's other figures have
+    no counterpart and are 0."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        resident = 0
+    return {
+        "heap_objects": len(gc.get_objects()),
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": resident,
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": 0,
+        "gc_pause_usec_99": 0,
+        "gc_pause_usec_95": 0,
+        "next_gc_bytes": 0,
+        "gc_total_runs": sum(g["collections"] for g in gc.get_stats()),
+    }
 
 
 def _format_text(data: dict[str, Any]) -> str:

@@ -110,6 +110,8 @@ class Connection(DeliveryPump):
         self.message_count = 0
         self.finish_count = 0
         self.requeue_count = 0
+        self.pub_counts: dict[str, int] = {}
+        """Messages this client published, by topic (a producer in /stats)."""
         self.connect_ts = int(time.time())
         peer = writer.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -572,11 +574,12 @@ class Connection(DeliveryPump):
         except (DiskQueueError, OSError) as exc:
             log.error("client %s: %s to %s failed: %s", self, cmd, tname, exc)
             raise ClientError(code, f"{cmd} failed {exc}") from None
+        self.pub_counts[tname] = self.pub_counts.get(tname, 0) + len(bodies)
         return _OK_FRAME
 
-    def stats(self) -> dict[str, Any]:
-        """nsqd's client stats object."""
-        return _client_stats(self)
+    def stats(self, topic: str = "") -> dict[str, Any]:
+        """nsqd's client stats object (``pub_counts`` only of ``topic`` if given)."""
+        return _client_stats(self, topic)
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
@@ -609,9 +612,11 @@ async def _run_heartbeat(conn: Connection) -> None:
         conn.send(_HEARTBEAT_FRAME)
 
 
-def _client_stats(conn: Connection) -> dict[str, Any]:
+def _client_stats(conn: Connection, topic: str) -> dict[str, Any]:
     """nsqd's client stats object."""
     cfg = conn.config
+    pubs = [{"topic": t, "count": n} for t, n in sorted(conn.pub_counts.items())
+            if not topic or t == topic]
     return {
         "client_id": cfg.client_id,
         "hostname": cfg.hostname,
@@ -631,6 +636,7 @@ def _client_stats(conn: Connection) -> dict[str, Any]:
         "user_agent": cfg.user_agent,
         **connection_info(conn.ssl_object),
         **(conn.authz.stats() if conn.authz is not None else {}),
+        **({"pub_counts": pubs} if pubs else {}),
         "msg_timeout": cfg.msg_timeout_ms,
     }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import Any
 
 from ._auth import AuthClient
 from ._broker import Broker
@@ -44,6 +45,11 @@ class TCPServer:
             self.connections.pop(conn.id, None)
             if task is not None:
                 self._tasks.discard(task)
+
+    def producer_stats(self, topic: str = "") -> list[dict[str, Any]]:
+        """nsqd's ``producers``: the stats of every client that published (their
+        ``pub_counts`` only of ``topic`` if given)."""
+        return [c.stats(topic) for _, c in sorted(self.connections.items()) if c.pub_counts]
 
     async def aclose(self) -> None:
         """Stop listening and close every connection (their in-flight messages are requeued)."""
