@@ -252,3 +252,29 @@ def test_cli_reads_compression_and_auth_flags() -> None:
 
 
 logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # handshakes refused on purpose
+
+
+@pytest.mark.parametrize("compression", ["snappy", "deflate"])
+def test_tls_and_compression_under_uvloop(tmp_path: Path, pki: PKI, compression: str) -> None:
+    # uvloop's transports are not asyncio's classes: the upgrade must not rely on them.
+    import uvloop  # the uvloop extra: `bash dev.sh test` installs it
+
+    async def scenario() -> bytes:
+        opts = BrokerOptions(**tls_options(pki))
+        async with BrokerServer(tmp_path / "data", tcp_port=0, http_port=0, options=opts) as s:
+            c = await RawClient.connect(s.tcp_port)
+            try:
+                f = await c.identify(feature_negotiation=True, tls_v1=True, **{compression: True})
+                assert json.loads(f.data)["tls_v1"] is True
+                await c.start_tls(client_tls_context(pki))
+                await c.expect_ok()
+                c.use_snappy() if compression == "snappy" else c.use_deflate()
+                await c.expect_ok()
+                await c.sub("uv", "ch")
+                await c.pub("uv", b"under uvloop")
+                return (await c.read()).body
+            finally:
+                await c.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(scenario()) == b"under uvloop"

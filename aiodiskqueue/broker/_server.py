@@ -11,7 +11,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from ..errors import DiskQueueError, MessageNotInFlight
 from ._auth import AuthClient, ClientAuth
@@ -345,9 +345,8 @@ class Connection(DeliveryPump):
         if cfg.tls_v1:
             assert self._tls_context is not None  # negotiate grants TLS only with it
             # Stop reading first: the client's handshake must reach TLS, not the buffer.
-            transport = self.writer.transport
-            assert isinstance(transport, asyncio.ReadTransport)
-            transport.pause_reading()
+            # A stream's transport reads too (uvloop's is no asyncio.ReadTransport).
+            cast(asyncio.Transport, self.writer.transport).pause_reading()
             self.send(answer)
             self.hold()
             try:
