@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import ssl
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -321,7 +322,8 @@ _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 
 def memory_stats() -> dict[str, int]:
     """nsqd's ``memory`` object, from what Python can tell: ``heap_objects`` are the
-    objects the garbage collector tracks, ``heap_in_use_bytes`` the resident set,
+    memory blocks Python's allocator holds (``sys.getallocatedblocks``, cheap to read,
+    unlike a walk over every object), ``heap_in_use_bytes`` the resident set,
     ``gc_total_runs`` the collections of every generation. Go's other figures have
     no counterpart and are 0."""
     try:
@@ -330,7 +332,7 @@ def memory_stats() -> dict[str, int]:
     except (OSError, ValueError, IndexError):
         resident = 0
     return {
-        "heap_objects": len(gc.get_objects()),
+        "heap_objects": sys.getallocatedblocks(),
         "heap_idle_bytes": 0,
         "heap_in_use_bytes": resident,
         "heap_released_bytes": 0,
