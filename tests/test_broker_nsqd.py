@@ -327,3 +327,33 @@ async def test_http_body_sent_too_slowly_is_cut_off(make_broker: MakeBroker) -> 
 async def test_http_keeps_serving_a_prompt_client(make_broker: MakeBroker) -> None:
     server = await make_broker(http_read_timeout=5.0)
     assert (await _post(server, "/pub?topic=fast", b"x"))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("rdy", "expected"),
+    [(b"RDY -1", b"E_INVALID RDY could not parse count -1"),
+     (b"RDY 2x", b"E_INVALID RDY could not parse count 2x"),
+     (b"RDY 18446744073709551615", b"E_INVALID RDY count -1 out of range 0-2500")],
+    ids=["sign", "junk", "wraps-to-minus-one"],
+)
+async def test_rdy_counts_are_read_as_nsqd_reads_them(
+        broker: BrokerServer, raw_clients: list[RawClient], rdy: bytes, expected: bytes) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("rdyparse", "ch", rdy=0)
+    c.send(rdy)
+    f = await c.read()
+    assert (f.type, f.data) == (FRAME_ERROR, expected)
+
+
+async def test_an_empty_number_is_zero_and_a_huge_one_wraps_as_nsqd(
+        broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    c.send(b"DPUB wrap ", b"deferred 0 ms")  # an empty timeout parameter is 0
+    await c.expect_ok()
+    await c.sub("wrap", "ch", rdy=0)
+    c.send(b"RDY 18446744073709551617")  # 2**64 + 1: RDY 1
+    m = await c.read()
+    assert m.body == b"deferred 0 ms"
+    c.send(b"REQ " + m.msg_id + b" ")  # an empty delay: requeued at once
+    again = await c.read()
+    assert (again.body, again.attempts) == (b"deferred 0 ms", 2)

@@ -17,10 +17,12 @@ from aiodiskqueue.broker._protocol import (
     FRAME_MESSAGE,
     FRAME_RESPONSE,
     ClientError,
+    base10,
     check_message_id,
     decode_name,
     frame,
     go_quote,
+    int64,
     is_valid_name,
     message_frame,
     parse_int,
@@ -287,3 +289,21 @@ def test_raw_param_keeps_every_byte_in_the_error_frame() -> None:
     cmd = b"B\xffD"
     err = ClientError("E_INVALID", "invalid command " + raw_param(cmd))
     assert err.frame()[8:] == b"E_INVALID invalid command B\xffD"
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [(b"0", 0), (b"", 0), (b"2500", 2500), (b"-1", None), (b"+1", None), (b"1 ", None),
+     (b"\xd9\xa3", None), (b"18446744073709551617", 1), (b"9" * 5000, (10**5000 - 1) % 2**64)],
+    ids=["zero", "empty-is-zero", "2500", "sign", "plus", "space", "arabic-digit",
+         "wraps-at-2-64", "5000-digits"],
+)
+def test_base10_reads_as_nsqds_byte_to_base10(raw: bytes, value: int | None) -> None:
+    assert base10(raw) == value
+
+
+def test_int64_wraps_as_go() -> None:
+    assert int64(2**63 - 1) == 2**63 - 1
+    assert int64(2**63) == -(2**63)
+    assert int64(2**64 - 1) == -1
+    assert int64(2**64 + 5) == 5

@@ -126,6 +126,30 @@ def parse_int(raw: bytes, *, signed: bool = True) -> int | None:
     return int(raw)
 
 
+_U64: Final = 1 << 64
+
+
+def base10(raw: bytes) -> int | None:
+    """A command's number as nsqd's ``ByteToBase10`` reads it: digits only (None for
+    anything else), the empty parameter is 0, and the value wraps at 2**64 (Go's
+    uint64) however many digits there are."""
+    if not raw:
+        return 0
+    if not raw.isdigit() or not raw.isascii():
+        return None
+    n = 0
+    for i in range(0, len(raw), 18):  # Python refuses to convert > 4,300 digits at once
+        chunk = raw[i:i + 18]
+        n = (n * 10 ** len(chunk) + int(chunk)) % _U64
+    return n
+
+
+def int64(value: int) -> int:
+    """``value`` wrapped to Go's int64, as a conversion or an overflowing product does."""
+    value %= _U64
+    return value - _U64 if value >= 1 << 63 else value
+
+
 def check_message_id(raw: bytes) -> bytes:
     """Validate a message id parameter (exactly 16 bytes).
 
@@ -226,10 +250,12 @@ __all__ = [
     "MAGIC_V2",
     "OK",
     "ClientError",
+    "base10",
     "check_message_id",
     "decode_name",
     "frame",
     "go_quote",
+    "int64",
     "is_valid_name",
     "message_frame",
     "message_frame_head",

@@ -30,11 +30,12 @@ from ._protocol import (
     MSG_ID_LENGTH,
     OK,
     ClientError,
+    base10,
     check_message_id,
     decode_name,
     frame,
     go_quote,
-    parse_int,
+    int64,
     parse_mpub,
     raw_param,
     read_int32,
@@ -415,10 +416,10 @@ class Connection(DeliveryPump):
             raise ClientError("E_INVALID", "cannot RDY in current state")
         count = 1
         if len(params) > 1:
-            parsed = parse_int(params[1])
+            parsed = base10(params[1])
             if parsed is None:
                 raise ClientError("E_INVALID", f"RDY could not parse count {raw_param(params[1])}")
-            count = parsed
+            count = int64(parsed)
         mx = self.broker.options.max_rdy_count
         if count < 0 or count > mx:
             raise ClientError("E_INVALID", f"RDY count {count} out of range 0-{mx}")
@@ -456,16 +457,17 @@ class Connection(DeliveryPump):
 
     async def _req(self, params: list[bytes]) -> Reply:
         msg_id = self._settle_params(params, "REQ", 3)
-        ms = parse_int(params[2], signed=False)
-        if ms is None:
+        parsed = base10(params[2])
+        if parsed is None:
             raise ClientError("E_INVALID", f"REQ could not parse timeout {raw_param(params[2])}")
         # As nsqd: a delay out of range is clamped (pynsq's backoff passes 1 h
-        # from its 41st attempt), not an error.
-        mx = round(self.broker.options.max_req_timeout * 1000)
-        clamped = min(max(ms, 0), mx)
-        if clamped != ms:
-            log.info("client %s: REQ timeout %d out of range 0-%d, using %d", self, ms, mx, clamped)
-            ms = clamped
+        # from its 41st attempt), not an error; nsqd's nanoseconds wrap as Go's int64.
+        ns = int64(parsed * 1_000_000)
+        mx = round(self.broker.options.max_req_timeout * 1e9)
+        clamped = min(max(ns, 0), mx)
+        if clamped != ns:
+            log.info("client %s: REQ timeout %d out of range 0-%d, using %d", self, ns, mx, clamped)
+        ms = clamped // 1_000_000
         d = self._in_flight(msg_id, "REQ")
         del self.in_flight[d.id]
         self.wake()
@@ -516,12 +518,14 @@ class Connection(DeliveryPump):
 
     async def _dpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "DPUB", 3)
-        ms = parse_int(params[2], signed=False)
+        ms = base10(params[2])
         if ms is None:
             raise ClientError("E_INVALID", f"DPUB could not parse timeout {raw_param(params[2])}")
+        ns = int64(ms * 1_000_000)  # nsqd's time.Duration, wrapping as Go's int64
         mx = round(self.broker.options.max_req_timeout * 1000)
-        if ms < 0 or ms > mx:
+        if ns < 0 or ns > mx * 1_000_000:
             raise ClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{mx}")
+        ms = ns // 1_000_000
         body = await self._read_body("DPUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
         if self.authz is not None:
