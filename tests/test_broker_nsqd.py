@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 
 import pytest
 from aiohttp import ClientSession
@@ -357,3 +358,29 @@ async def test_an_empty_number_is_zero_and_a_huge_one_wraps_as_nsqd(
     c.send(b"REQ " + m.msg_id + b" ")  # an empty delay: requeued at once
     again = await c.read()
     assert (again.body, again.attempts) == (b"deferred 0 ms", 2)
+
+
+async def test_mpub_messages_are_read_from_the_stream_as_nsqd(
+        broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    # nsqd reads an MPUB's messages from the stream; its body size bounds nothing.
+    c = await connect(broker.tcp_port, raw_clients)
+    messages = struct.pack(">i", 2) + struct.pack(">i", 3) + b"one" + struct.pack(">i", 3) + b"two"
+    # A body size shorter than the messages: the rest is read on.
+    c.write(b"MPUB short\n" + struct.pack(">i", 6) + messages)
+    await c.expect_ok()
+    # A body size longer than the messages: what follows them is the next command.
+    c.write(b"MPUB long\n" + struct.pack(">i", len(messages) + 4) + messages + b"NOP\n")
+    await c.expect_ok()
+    await c.pub("long", b"after")  # the NOP was read as a command: the stream is in step
+    assert broker.broker.topics["short"].message_count == 2
+    assert broker.broker.topics["long"].message_count == 3
+
+
+async def test_mpub_read_on_from_the_stream_keeps_nsqds_checks(
+        broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    c.write(b"MPUB t\n" + struct.pack(">i", 4) + struct.pack(">ii", 2, 3) + b"abc"
+            + struct.pack(">i", 0))
+    f = await c.read()
+    assert (f.type, f.data) == (FRAME_ERROR, b"E_BAD_MESSAGE MPUB invalid message(1) body size 0")
+    assert await c.closed_by_server()

@@ -168,7 +168,7 @@ async def test_a_client_that_never_handshakes_is_closed(
     make_broker: MakeBroker, raw_clients: list[RawClient], pki: PKI,
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("aiodiskqueue.broker._server.HANDSHAKE_TIMEOUT", 0.3)
+    monkeypatch.setattr("aiodiskqueue.broker._output.HANDSHAKE_TIMEOUT", 0.3)
     server = await make_broker(**tls_options(pki))
     c = await connect(server.tcp_port, raw_clients)
     f = await c.identify(feature_negotiation=True, tls_v1=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from ._protocol import check_mpub_count, check_mpub_size, read_int32
+
 LINE_LIMIT = 16 * 1024 - 1
 """The longest command line a client may send, without its newline: nsqd reads
 commands through a 16 KiB buffer that must hold the line and its ``\\n``, and
@@ -53,6 +55,12 @@ class CommandReader:
         self._pending_len = 0
         self._buf, self._pos = (decode(rest) if rest else b""), 0
         self._decode = decode
+
+    def unread(self, data: bytes) -> None:
+        """Put ``data`` (already decoded) back in front of what is still to be read."""
+        self._fold()
+        self._buf = data + self._buf[self._pos:]
+        self._pos = 0
 
     def line_nowait(self) -> bytes | None:
         """The next command line if all of it has arrived (without its ``\\n``), else None
@@ -147,6 +155,22 @@ class CommandReader:
         self._fold()
         self._pos = n
         return self._buf[:n]
+
+    async def read_mpub(self, max_msg_size: int, max_body_size: int) -> list[bytes]:
+        """An MPUB's count and messages, read one by one as nsqd reads them from the
+        stream (not bounded by the body size the client gave).
+
+        Raises ClientError with nsqd's codes for a bad count or message, what
+        :meth:`readexactly` raises.
+        """
+        count = read_int32(await self.readexactly(4))
+        check_mpub_count(count, max_body_size)
+        bodies: list[bytes] = []
+        for i in range(count):
+            size = read_int32(await self.readexactly(4))
+            check_mpub_size(i, size, max_msg_size)
+            bodies.append(await self.readexactly(size))
+        return bodies
 
 
 __all__ = ["LINE_LIMIT", "READ_SIZE", "BadStream", "CommandReader", "Decoder"]

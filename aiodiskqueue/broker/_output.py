@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
+from ._input import BadStream
 from ._protocol import ClientError
+from ._tls import HANDSHAKE_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,38 @@ class ReplyWriter:
         """Write what was queued while held, and everything after it, again."""
         self._held = False
         self._flush()
+
+    async def wait_replies(self) -> None:
+        """Wait until the replies queued so far are sent (their publishes stored).
+
+        Raises ConnectionError if one of them failed the connection.
+        """
+        storing = [r for r in self._replies if isinstance(r, asyncio.Task)]
+        if storing:
+            await asyncio.wait(storing)  # each one's callback sends its reply first
+        if self._failed:
+            raise ConnectionError("closed by a failed publish")
+
+    async def start_tls(self, ctx: ssl.SSLContext, answer: bytes) -> ssl.SSLObject:
+        """Send ``answer`` in the clear, then take the server side of a TLS handshake on
+        the same stream; return the session. Frames queued meanwhile go out after it.
+
+        Raises BadStream if the handshake fails or takes more than
+        :data:`HANDSHAKE_TIMEOUT` (the stream is then neither plain nor TLS: no frame
+        can be sent).
+        """
+        # Stop reading first: the client's handshake must reach TLS, not the stream's
+        # buffer. A stream's transport reads too (uvloop's is no asyncio.ReadTransport).
+        cast(asyncio.Transport, self.writer.transport).pause_reading()
+        self.send(answer)
+        self.hold()
+        try:
+            await self.writer.start_tls(ctx, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            raise BadStream(f"TLS handshake failed: {exc}") from None
+        session: ssl.SSLObject = self.writer.get_extra_info("ssl_object")
+        self.release()
+        return session
 
     def set_encoder(self, encode: Callable[[bytes], bytes]) -> None:
         """Pass every write from here on through ``encode`` (what is queued goes out first,

@@ -211,34 +211,68 @@ def parse_mpub(
     E_BAD_BODY for a bad count or trailing garbage, E_BAD_MESSAGE for a bad,
     oversize or truncated message.
     """
-    if len(body) < 4:
-        raise ClientError("E_BAD_BODY", f"{code_prefix} failed to read message count")
-    count = read_int32(body)
+    split = _split_mpub(body, max_msg_size, code_prefix, max_body_size, strict=True)
+    assert split is not None  # strict: incomplete raises
+    out, end = split
+    if end != len(body):
+        raise ClientError("E_BAD_BODY",
+                          f"{code_prefix} body has {len(body) - end} bytes after {len(out)} "
+                          "messages")
+    return out
+
+
+def split_mpub(body: bytes, max_msg_size: int, max_body_size: int
+               ) -> tuple[list[bytes], int] | None:
+    """The messages at the start of ``body`` and where they end, as nsqd reads an MPUB
+    from the stream: what follows them is not part of it; None if they run past
+    ``body`` (nsqd reads on). Raises ClientError for a bad count or message, as
+    :func:`parse_mpub`.
+    """
+    return _split_mpub(body, max_msg_size, "MPUB", max_body_size, strict=False)
+
+
+def check_mpub_count(count: int, max_body_size: int, code_prefix: str = "MPUB") -> None:
+    """nsqd's bound on an MPUB's message count. Raises ClientError(E_BAD_BODY)."""
     if count <= 0 or (max_body_size and count > (max_body_size - 4) // 5):
         raise ClientError("E_BAD_BODY", f"{code_prefix} invalid message count {count}")
+
+
+def check_mpub_size(i: int, size: int, max_msg_size: int, code_prefix: str = "MPUB") -> None:
+    """nsqd's checks of an MPUB message's size. Raises ClientError(E_BAD_MESSAGE)."""
+    if size <= 0:
+        raise ClientError("E_BAD_MESSAGE", f"{code_prefix} invalid message({i}) body size {size}")
+    if size > max_msg_size:
+        raise ClientError("E_BAD_MESSAGE",
+                          f"{code_prefix} message too big {size} > {max_msg_size}")
+
+
+def _split_mpub(body: bytes, max_msg_size: int, code_prefix: str, max_body_size: int, *,
+                strict: bool) -> tuple[list[bytes], int] | None:
+    if len(body) < 4:
+        if not strict:
+            return None
+        raise ClientError("E_BAD_BODY", f"{code_prefix} failed to read message count")
+    count = read_int32(body)
+    check_mpub_count(count, max_body_size, code_prefix)
     out: list[bytes] = []
     off = 4
     end = len(body)
     for i in range(count):
         if off + 4 > end:
+            if not strict:
+                return None
             raise ClientError("E_BAD_MESSAGE",
                               f"{code_prefix} failed to read message({i}) body size")
         size = read_int32(body, off)
         off += 4
-        if size <= 0:
-            raise ClientError("E_BAD_MESSAGE",
-                              f"{code_prefix} invalid message({i}) body size {size}")
-        if size > max_msg_size:
-            raise ClientError("E_BAD_MESSAGE",
-                              f"{code_prefix} message too big {size} > {max_msg_size}")
+        check_mpub_size(i, size, max_msg_size, code_prefix)
         if off + size > end:
+            if not strict:
+                return None
             raise ClientError("E_BAD_MESSAGE", f"{code_prefix} failed to read message body")
         out.append(body[off : off + size])
         off += size
-    if off != end:
-        raise ClientError("E_BAD_BODY",
-                          f"{code_prefix} body has {end - off} bytes after {count} messages")
-    return out
+    return out, off
 
 
 __all__ = [
@@ -252,6 +286,8 @@ __all__ = [
     "ClientError",
     "base10",
     "check_message_id",
+    "check_mpub_count",
+    "check_mpub_size",
     "decode_name",
     "frame",
     "go_quote",
@@ -264,4 +300,5 @@ __all__ = [
     "parse_mpub",
     "raw_param",
     "read_int32",
+    "split_mpub",
 ]

@@ -11,7 +11,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from ..errors import DiskQueueError, MessageNotInFlight
 from ._auth import AuthClient, ClientAuth
@@ -24,6 +24,7 @@ from ._input import LINE_LIMIT, BadStream, CommandReader
 from ._output import WRITE_HIGH_WATER, Reply
 from ._protocol import (
     CLOSE_WAIT,
+    FRAME_ERROR,
     FRAME_RESPONSE,
     HEARTBEAT,
     MAGIC_V2,
@@ -36,11 +37,11 @@ from ._protocol import (
     frame,
     go_quote,
     int64,
-    parse_mpub,
     raw_param,
     read_int32,
+    split_mpub,
 )
-from ._tls import HANDSHAKE_TIMEOUT, connection_info, peer_common_name
+from ._tls import connection_info, peer_common_name
 from ._topic import Channel
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,9 @@ class Connection(DeliveryPump):
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             if magic != MAGIC_V2:
-                self.send(ClientError("E_BAD_PROTOCOL", f"bad protocol magic {magic!r}").frame())
+                # nsqd's frame is the bare code; the magic goes to the log.
+                log.info("client %s: bad protocol magic %r", self, magic)
+                self.send(frame(FRAME_ERROR, b"E_BAD_PROTOCOL"))
                 return
             self._heartbeat = loop.create_task(self._run_heartbeat())
             transport = self.writer.transport
@@ -337,27 +340,12 @@ class Connection(DeliveryPump):
         Raises BadStream if the TLS handshake fails (the connection is closed, no
         frame: the stream is neither plain nor TLS any more).
         """
-        storing = [r for r in self._replies if isinstance(r, asyncio.Task)]
-        if storing:  # the replies of publishes before IDENTIFY go out first, plain
-            await asyncio.wait(storing)
-        if self._failed:
-            raise ConnectionError("closed by a failed publish")
+        await self.wait_replies()  # the replies of publishes before IDENTIFY go out first
         cfg = self.config
         if cfg.tls_v1:
             assert self._tls_context is not None  # negotiate grants TLS only with it
-            # Stop reading first: the client's handshake must reach TLS, not the buffer.
-            # A stream's transport reads too (uvloop's is no asyncio.ReadTransport).
-            cast(asyncio.Transport, self.writer.transport).pause_reading()
-            self.send(answer)
-            self.hold()
-            try:
-                await self.writer.start_tls(self._tls_context,
-                                            ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
-            except (ssl.SSLError, OSError, TimeoutError) as exc:
-                raise BadStream(f"TLS handshake failed: {exc}") from None
-            self.ssl_object = self.writer.get_extra_info("ssl_object")
+            self.ssl_object = await self.start_tls(self._tls_context, answer)
             log.info("client %s: upgraded to TLS", self)
-            self.release()
             self.send(_OK_FRAME)
         else:
             self.send(answer)
@@ -536,9 +524,18 @@ class Connection(DeliveryPump):
         tname = await self._topic_param(params, "MPUB", 2)
         if self.authz is not None:  # before the body, as nsqd
             await self.authz.check("MPUB", tname)
-        body = await self._read_body("MPUB", "E_BAD_BODY", self.broker.options.max_body_size)
-        bodies = parse_mpub(body, self.broker.options.max_msg_size,
-                            max_body_size=self.broker.options.max_body_size)
+        opts = self.broker.options
+        body = await self._read_body("MPUB", "E_BAD_BODY", opts.max_body_size)
+        # nsqd reads the messages from the stream: its body size bounds nothing. What
+        # follows them is the next command; messages longer than it are read on.
+        split = split_mpub(body, opts.max_msg_size, opts.max_body_size)
+        if split is None:
+            self.reader.unread(body)
+            bodies = await self.reader.read_mpub(opts.max_msg_size, opts.max_body_size)
+        else:
+            bodies, end = split
+            if end < len(body):
+                self.reader.unread(body[end:])
         return self._publish("E_MPUB_FAILED", "MPUB", tname, bodies)
 
     def _publish(self, code: str, cmd: str, tname: str, bodies: list[bytes],
