@@ -195,3 +195,17 @@ def test_deflate_codec_round_trip_and_a_client_that_ends_its_stream() -> None:
     assert decode(c.compress(b"abc") + c.flush(zlib.Z_SYNC_FLUSH)) == b"abc"
     with pytest.raises(BadStream, match="the stream ended"):
         decode(c.flush())
+
+
+async def test_without_cramjam_snappy_is_answered_false_and_said_once(
+    make_broker: MakeBroker, raw_clients: list[RawClient], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("aiodiskqueue.broker._options.snappy_available", lambda: False)
+    monkeypatch.setattr("aiodiskqueue.broker._tcp.snappy_available", lambda: False)
+    server = await make_broker()
+    assert "the cramjam package is missing" in caplog.text
+    c = await connect(server.tcp_port, raw_clients)
+    f = await c.identify(feature_negotiation=True, snappy=True)
+    assert json.loads(f.data)["snappy"] is False
+    await c.pub("plain", b"uncompressed")

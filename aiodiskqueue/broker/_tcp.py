@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from typing import Any
 
 from ._auth import AuthClient
 from ._broker import Broker
+from ._compress import snappy_available
 from ._input import READ_SIZE
 from ._server import Connection
+
+log = logging.getLogger(__name__)
 
 
 class TCPServer:
@@ -19,6 +23,9 @@ class TCPServer:
         self.broker = broker
         self.tls_context = tls_context
         """Clients that ask for ``tls_v1`` in IDENTIFY upgrade with it; None: no TLS."""
+        if broker.options.snappy and not snappy_available():
+            log.warning("snappy is on but the cramjam package is missing: clients that ask "
+                        "for snappy get none (pip install 'asyncio-diskqueue[broker]')")
         self.auth = AuthClient(broker.options)
         """The auth servers' client, shared by the connections (unused without servers)."""
         self.connections: dict[int, Connection] = {}
