@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from test_broker_support import (
+    TIMEOUT,
     MakeBroker,
     RawClient,
     broker,
@@ -278,3 +282,35 @@ def test_tls_and_compression_under_uvloop(tmp_path: Path, pki: PKI, compression:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(scenario()) == b"under uvloop"
+
+
+async def test_cli_serves_https_on_its_address(tmp_path: Path, pki: PKI) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiodiskqueue.broker", "--data-dir", str(tmp_path / "d"),
+         "--tcp-port", "0", "--http-port", "0", "--https-address", "127.0.0.1:0",
+         "--tls-cert", str(pki["server_cert"]), "--tls-key", str(pki["server_key"]),
+         "--tls-required"],
+        stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), TIMEOUT)
+        fields = dict(kv.split("=") for kv in line.split()[1:])
+        async with aiohttp.ClientSession() as http:
+            url = f"https://localhost:{fields['https']}/ping"
+            async with http.get(url, ssl=client_tls_context(pki)) as r:
+                assert (r.status, await r.text()) == (200, "OK")
+            async with http.get(f"http://127.0.0.1:{fields['http']}/ping") as r:
+                assert r.status == 403  # --tls-required: plain HTTP is refused
+    finally:
+        proc.terminate()
+        proc.wait(timeout=TIMEOUT)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_cli_refuses_a_bad_https_address(capsys: pytest.CaptureFixture[str]) -> None:
+    from aiodiskqueue.broker.__main__ import main
+
+    assert main(["--data-dir", "d", "--https-address", "nohost"]) == 2
+    assert "an HTTPS address must be host:port" in capsys.readouterr().err

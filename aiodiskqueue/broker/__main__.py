@@ -128,14 +128,14 @@ def _tls_required(text: str) -> str:
     return "true" if _bool(text) else "false"
 
 
-def https_port(args: argparse.Namespace) -> int | None:
-    """The port of ``--https-address`` (None without it).
+def https_address(args: argparse.Namespace) -> tuple[str | None, int | None]:
+    """The host and port of ``--https-address`` (None, None without it).
 
     Raises ValueError for an address that is not host:port.
     """
     if not args.https_address:
-        return None
-    return split_host_port(args.https_address, "an HTTPS")[1]
+        return None, None
+    return split_host_port(args.https_address, "an HTTPS", listen=True)
 
 
 async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
@@ -145,7 +145,8 @@ async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with BrokerServer(args.data_dir, host=args.host, tcp_port=args.tcp_port,
-                            http_port=args.http_port, https_port=https_port(args),
+                            http_port=args.http_port, https_host=https_address(args)[0],
+                            https_port=https_address(args)[1],
                             options=opts) as server:
         extra = f" https={server.https_port}" if server.https_port is not None else ""
         print(f"LISTENING tcp={server.tcp_port} http={server.http_port}{extra}", flush=True)
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         opts = options(args)
-        https_port(args)
+        https_address(args)
     except (ValueError, TypeError) as exc:
         print(f"python -m aiodiskqueue.broker: error: {exc}", file=sys.stderr)
         return 2

@@ -172,8 +172,10 @@ class BrokerOptions:
         )
 
 
-def split_host_port(addr: object, what: str = "a lookupd") -> tuple[str, int]:
-    """``"host:port"`` (``[v6]:port`` too) as ``(host, port)``.
+def split_host_port(addr: object, what: str = "a lookupd", *,
+                    listen: bool = False) -> tuple[str, int]:
+    """``"host:port"`` (``[v6]:port`` too) as ``(host, port)``; port 0 (any free
+    one) only for an address to ``listen`` on.
 
     Raises TypeError or ValueError naming the bad value.
     """
@@ -182,7 +184,7 @@ def split_host_port(addr: object, what: str = "a lookupd") -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or not (0 if listen else 1) <= int(port) < 65536:
         raise ValueError(f"{what} address must be host:port, got {addr!r}")
     return host, int(port)
 
