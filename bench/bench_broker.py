@@ -27,6 +27,12 @@ default, of ``--size`` bytes):
 ``pynsq consume``    one Reader, ``max_in_flight`` 200, FIN for each, over the
                      messages the two publish phases stored.
 
+With ``--secure`` the three pynsq rows run again on the same broker (started
+with a throwaway certificate made by the ``openssl`` command) with pynsq's
+connections upgraded in IDENTIFY: ``... tls``, ``... deflate``, ``... snappy``
+(pynsq needs python-snappy), after the plain rows, so that the figures sit
+side by side from one run.
+
 With ``--null-store`` the three pynsq rows run again (``... null``) against a
 broker whose topics and channels keep only a count in memory
 (``bench/null_store_broker.py``): no queue, no files, no I/O thread. What the
@@ -390,12 +396,15 @@ async def ansq_consumer(port: int, topic: str, rdy: int, counter: list[int], n: 
 # ---------------------------------------------------------------------- pynsq clients (CPU rows)
 
 PYNSQ = r'''
-import json, sys, time
+import json, os, ssl, sys, time
 import nsq
 import tornado.ioloop
 
 mode, port, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 n, size, arg = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+conn_opts = json.loads(os.environ.get("NSQ_CONN_OPTS", "{}"))  # tls_v1, deflate, snappy
+if "tls_options" in conn_opts:
+    conn_opts["tls_options"]["cert_reqs"] = ssl.CERT_REQUIRED
 loop = tornado.ioloop.IOLoop.current()
 body = b"x" * size
 state = {"sent": 0, "done": 0, "errors": 0, "t0": 0.0}
@@ -406,7 +415,7 @@ def stop():
     loop.stop()
 
 if mode in ("pub", "mpub"):
-    w = nsq.Writer(["127.0.0.1:%d" % port])
+    w = nsq.Writer(["127.0.0.1:%d" % port], **conn_opts)
     batch = arg if mode == "mpub" else 1
 
     def send():
@@ -447,13 +456,25 @@ else:
 
     nsq.Reader(topic=topic, channel="ch", message_handler=handler,
                nsqd_tcp_addresses=["127.0.0.1:%d" % port], max_in_flight=arg,
-               lookupd_poll_interval=600)
+               lookupd_poll_interval=600, **conn_opts)
 loop.start()
 '''
 
 
+def make_certificate(directory: str) -> tuple[str, str]:
+    """A self-signed P-256 certificate for 127.0.0.1 (the openssl command); its paths."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
 async def pynsq_phase(broker: BrokerProcess, mode: str, topic: str, n: int, size: int,
-                      arg: int) -> tuple[float, float, int]:
+                      arg: int, conn_opts: dict[str, object] | None = None
+                      ) -> tuple[float, float, int]:
     """Run one pynsq child (pub, mpub or sub); return its seconds, the broker's CPU seconds
     and its threads' sleeps.
 
@@ -463,7 +484,8 @@ async def pynsq_phase(broker: BrokerProcess, mode: str, topic: str, n: int, size
     c0, s0 = process_cpu(broker.proc.pid), process_sleeps(broker.proc.pid)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", PYNSQ, mode, str(broker.tcp), topic, str(n), str(size), str(arg),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NSQ_CONN_OPTS": json.dumps(conn_opts or {})})
     out, err = await asyncio.wait_for(proc.communicate(), 900)
     cpu = process_cpu(broker.proc.pid) - c0
     sleeps = process_sleeps(broker.proc.pid) - s0
@@ -476,19 +498,21 @@ async def pynsq_phase(broker: BrokerProcess, mode: str, topic: str, n: int, size
 
 
 async def cpu_rows(args: argparse.Namespace, broker: BrokerProcess,
-                   add: Callable[[str, int, float, float, int], None], suffix: str = "") -> None:
-    """The pynsq rows: PUB, MPUB x100 into one channel, then consume all of them."""
+                   add: Callable[[str, int, float, float, int], None], suffix: str = "",
+                   conn_opts: dict[str, object] | None = None) -> None:
+    """The pynsq rows: PUB, MPUB x100 into one channel, then consume all of them (with
+    ``conn_opts``, pynsq's connection options, on a topic of their own)."""
     n, size = args.cpu_messages, args.size
-    topic = "cpu"
+    topic = "cpu" + suffix.replace(" ", "_")
     async with ClientSession() as s:
         for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel=ch"):
             async with s.post(f"http://127.0.0.1:{broker.http}{path}") as r:
                 assert r.status == 200, await r.text()
-    secs, cpu, sleeps = await pynsq_phase(broker, "pub", topic, n, size, args.window)
+    secs, cpu, sleeps = await pynsq_phase(broker, "pub", topic, n, size, args.window, conn_opts)
     add(f"pynsq PUB (window {args.window}){suffix}", n, secs, cpu, sleeps)
-    secs, cpu, sleeps = await pynsq_phase(broker, "mpub", topic, n, size, 100)
+    secs, cpu, sleeps = await pynsq_phase(broker, "mpub", topic, n, size, 100, conn_opts)
     add(f"pynsq MPUB x100{suffix}", n, secs, cpu, sleeps)
-    secs, cpu, sleeps = await pynsq_phase(broker, "sub", topic, 2 * n, size, 200)
+    secs, cpu, sleeps = await pynsq_phase(broker, "sub", topic, 2 * n, size, 200, conn_opts)
     add(f"pynsq consume (mif 200){suffix}", 2 * n, secs, cpu, sleeps)
 
 
@@ -554,7 +578,12 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
 
     secs, cpu, sleeps = await run_library(n, size, pubs, cons, args.sync_every)
     add("library", n, secs, cpu, sleeps)
-    broker = BrokerProcess(args.sync_every, *(["--uvloop"] if args.uvloop else []))
+    secure: list[str] = []
+    certs = tempfile.TemporaryDirectory()
+    if args.secure:
+        cert, key = make_certificate(certs.name)
+        secure = ["--tls-cert", cert, "--tls-key", key]
+    broker = BrokerProcess(args.sync_every, *(["--uvloop"] if args.uvloop else []), *secure)
     try:
         if not args.only_cpu:
             variants: list[tuple[str, Publisher, Consumer]] = [
@@ -569,8 +598,14 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                                              pub, con)
                 add(name, n, secs, cpu, sleeps)
         await cpu_rows(args, broker, add)
+        if args.secure:
+            tls = {"tls_v1": True, "tls_options": {"ca_certs": secure[1]}}
+            for name, opts in (("tls", tls), ("deflate", {"deflate": True}),
+                               ("snappy", {"snappy": True})):
+                await cpu_rows(args, broker, add, f" {name}", opts)
     finally:
         broker.close()
+        certs.cleanup()
     if args.null_store:
         broker = BrokerProcess(args.sync_every, *(["--uvloop"] if args.uvloop else []),
                                null_store=True)
@@ -593,6 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=100,
                    help="unanswered PUBs of the pynsq PUB phase (default 100)")
     p.add_argument("--only-cpu", action="store_true", help="only the library and pynsq CPU rows")
+    p.add_argument("--secure", action="store_true",
+                   help="the pynsq rows again over TLS, deflate and snappy")
     p.add_argument("--null-store", action="store_true",
                    help="the pynsq rows again against a broker with no queue behind it "
                         "(bench/null_store_broker.py): the protocol's and sockets' floor")

@@ -121,3 +121,13 @@ async def test_an_early_end_raises_incomplete_read_with_what_arrived() -> None:
     with pytest.raises(asyncio.IncompleteReadError) as body_end:
         await r.readexactly(5)
     assert body_end.value.partial == b"ab"
+
+
+async def test_unread_puts_bytes_back_before_the_rest() -> None:
+    r = _reader(b"BODYNOP\nRDY 1\n", eof=False)
+    body = await r.readexactly(7)
+    assert body == b"BODYNOP"
+    r.unread(body[4:] + b"\n")  # the part that was not the body: the next command
+    assert await r.readline() == b"NOP"
+    assert await r.readline() == b""  # the newline that followed the 7 bytes
+    assert await r.readline() == b"RDY 1"

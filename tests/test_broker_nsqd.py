@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 
 import pytest
 from aiohttp import ClientSession
@@ -127,7 +128,7 @@ async def test_req_with_a_non_numeric_timeout_is_e_invalid(broker: BrokerServer,
     c.send(b"REQ 0123456789abcdef " + timeout)
     f = await c.read()
     assert (f.type, f.data) == (FRAME_ERROR,
-                                b'E_INVALID REQ could not parse timeout "' + timeout + b'"')
+                                b"E_INVALID REQ could not parse timeout " + timeout)
     assert await c.closed_by_server()
 
 
@@ -327,3 +328,59 @@ async def test_http_body_sent_too_slowly_is_cut_off(make_broker: MakeBroker) -> 
 async def test_http_keeps_serving_a_prompt_client(make_broker: MakeBroker) -> None:
     server = await make_broker(http_read_timeout=5.0)
     assert (await _post(server, "/pub?topic=fast", b"x"))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("rdy", "expected"),
+    [(b"RDY -1", b"E_INVALID RDY could not parse count -1"),
+     (b"RDY 2x", b"E_INVALID RDY could not parse count 2x"),
+     (b"RDY 18446744073709551615", b"E_INVALID RDY count -1 out of range 0-2500")],
+    ids=["sign", "junk", "wraps-to-minus-one"],
+)
+async def test_rdy_counts_are_read_as_nsqd_reads_them(
+        broker: BrokerServer, raw_clients: list[RawClient], rdy: bytes, expected: bytes) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    await c.sub("rdyparse", "ch", rdy=0)
+    c.send(rdy)
+    f = await c.read()
+    assert (f.type, f.data) == (FRAME_ERROR, expected)
+
+
+async def test_an_empty_number_is_zero_and_a_huge_one_wraps_as_nsqd(
+        broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    c.send(b"DPUB wrap ", b"deferred 0 ms")  # an empty timeout parameter is 0
+    await c.expect_ok()
+    await c.sub("wrap", "ch", rdy=0)
+    c.send(b"RDY 18446744073709551617")  # 2**64 + 1: RDY 1
+    m = await c.read()
+    assert m.body == b"deferred 0 ms"
+    c.send(b"REQ " + m.msg_id + b" ")  # an empty delay: requeued at once
+    again = await c.read()
+    assert (again.body, again.attempts) == (b"deferred 0 ms", 2)
+
+
+async def test_mpub_messages_are_read_from_the_stream_as_nsqd(
+        broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    # nsqd reads an MPUB's messages from the stream; its body size bounds nothing.
+    c = await connect(broker.tcp_port, raw_clients)
+    messages = struct.pack(">i", 2) + struct.pack(">i", 3) + b"one" + struct.pack(">i", 3) + b"two"
+    # A body size shorter than the messages: the rest is read on.
+    c.write(b"MPUB short\n" + struct.pack(">i", 6) + messages)
+    await c.expect_ok()
+    # A body size longer than the messages: what follows them is the next command.
+    c.write(b"MPUB long\n" + struct.pack(">i", len(messages) + 4) + messages + b"NOP\n")
+    await c.expect_ok()
+    await c.pub("long", b"after")  # the NOP was read as a command: the stream is in step
+    assert broker.broker.topics["short"].message_count == 2
+    assert broker.broker.topics["long"].message_count == 3
+
+
+async def test_mpub_read_on_from_the_stream_keeps_nsqds_checks(
+        broker: BrokerServer, raw_clients: list[RawClient]) -> None:
+    c = await connect(broker.tcp_port, raw_clients)
+    c.write(b"MPUB t\n" + struct.pack(">i", 4) + struct.pack(">ii", 2, 3) + b"abc"
+            + struct.pack(">i", 0))
+    f = await c.read()
+    assert (f.type, f.data) == (FRAME_ERROR, b"E_BAD_MESSAGE MPUB invalid message(1) body size 0")
+    assert await c.closed_by_server()

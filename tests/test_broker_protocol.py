@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,17 @@ from aiodiskqueue.broker._protocol import (
     FRAME_MESSAGE,
     FRAME_RESPONSE,
     ClientError,
+    base10,
     check_message_id,
     decode_name,
     frame,
+    go_quote,
+    int64,
     is_valid_name,
     message_frame,
     parse_int,
     parse_mpub,
+    raw_param,
 )
 
 
@@ -161,11 +166,47 @@ def test_identify_feature_negotiation_json() -> None:
     assert data["msg_timeout"] == 2000
     assert data["max_rdy_count"] == 100
     assert data["max_msg_timeout"] == 15 * 60_000
-    assert data["tls_v1"] is False and data["snappy"] is False and data["deflate"] is False
+    # No certificate: no TLS. Snappy is on by default, as in nsqd.
+    assert data["tls_v1"] is False and data["snappy"] is True and data["deflate"] is False
+    assert (cfg.tls_v1, cfg.snappy, cfg.deflate) == (False, True, False)
     assert data["auth_required"] is False
     assert cfg.msg_timeout_ms == 2000
     assert cfg.heartbeat_interval_ms == 0  # -1 disables heartbeats
     assert data["heartbeat_interval"] == -1
+
+
+@pytest.mark.parametrize(
+    ("asked", "max_level", "enabled", "granted", "level"),
+    [({"deflate": True}, 6, True, True, 6),
+     ({"deflate": True, "deflate_level": 3}, 6, True, True, 3),
+     ({"deflate": True, "deflate_level": 9}, 5, True, True, 5),
+     ({"deflate_level": 9}, 4, True, False, 4),
+     ({"deflate": True}, 6, False, False, 6)],
+    ids=["default-level", "asked-level", "capped", "not-asked", "disabled"],
+)
+def test_identify_deflate_level_as_nsqd(asked: dict[str, object], max_level: int, enabled: bool,
+                                        granted: bool, level: int) -> None:
+    limits = BrokerOptions(max_deflate_level=max_level, deflate=enabled).limits()
+    cfg, resp = negotiate(json.dumps({"feature_negotiation": True, **asked}).encode(), limits)
+    data = json.loads(resp)
+    assert (data["deflate"], data["deflate_level"], data["max_deflate_level"]) == (
+        granted, level, max_level)
+    assert (cfg.deflate, cfg.deflate_level) == (granted, level)
+
+
+def test_identify_both_compressions_is_e_identify_failed() -> None:
+    with pytest.raises(ClientError) as err:
+        negotiate(b'{"feature_negotiation": true, "deflate": true, "snappy": true}',
+                  BrokerOptions().limits())
+    assert err.value.frame()[8:] == (
+        b"E_IDENTIFY_FAILED cannot enable both deflate and snappy compression")
+    assert err.value.fatal
+
+
+def test_identify_upgrades_only_with_feature_negotiation() -> None:
+    cfg, resp = negotiate(b'{"deflate": true, "tls_v1": true}',
+                          replace(BrokerOptions().limits(), tls=True))
+    assert resp == b"OK" and not (cfg.deflate or cfg.tls_v1 or cfg.snappy)
 
 
 def test_identify_defaults_when_zero() -> None:
@@ -230,3 +271,39 @@ def test_command_line_rejects_a_bad_option(
     assert main(["--data-dir", str(tmp_path), "--msg-timeout", "0"]) == 2
     assert "msg_timeout must be a finite number > 0, got 0.0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing was created
+
+
+@pytest.mark.parametrize(
+    ("raw", "quoted"),
+    [(b"a b", '"a b"'), (b'q"\\', '"q\\"\\\\"'), (b"\n\t\x00\x7f", '"\\n\\t\\x00\\x7f"'),
+     (b"\xff\xfe", '"\\xff\\xfe"'), ("é".encode(), '"é"'), ("\u2028".encode(), '"\\u2028"'),
+     ("\U000e0001".encode(), '"\\U000e0001"')],
+    ids=["plain", "quote-backslash", "controls", "not-utf8", "printable-unicode",
+         "line-separator", "astral-format"],
+)
+def test_go_quote_writes_what_go_strconv_quote_writes(raw: bytes, quoted: str) -> None:
+    assert go_quote(raw) == quoted
+
+
+def test_raw_param_keeps_every_byte_in_the_error_frame() -> None:
+    cmd = b"B\xffD"
+    err = ClientError("E_INVALID", "invalid command " + raw_param(cmd))
+    assert err.frame()[8:] == b"E_INVALID invalid command B\xffD"
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [(b"0", 0), (b"", 0), (b"2500", 2500), (b"-1", None), (b"+1", None), (b"1 ", None),
+     (b"\xd9\xa3", None), (b"18446744073709551617", 1), (b"9" * 5000, (10**5000 - 1) % 2**64)],
+    ids=["zero", "empty-is-zero", "2500", "sign", "plus", "space", "arabic-digit",
+         "wraps-at-2-64", "5000-digits"],
+)
+def test_base10_reads_as_nsqds_byte_to_base10(raw: bytes, value: int | None) -> None:
+    assert base10(raw) == value
+
+
+def test_int64_wraps_as_go() -> None:
+    assert int64(2**63 - 1) == 2**63 - 1
+    assert int64(2**63) == -(2**63)
+    assert int64(2**64 - 1) == -1
+    assert int64(2**64 + 5) == 5

@@ -9,21 +9,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from test_broker_support import TIMEOUT, broker, channel_stats, eventually, make_broker
+import pytest
+from test_broker_support import (
+    TIMEOUT,
+    MakeBroker,
+    broker,
+    channel_stats,
+    eventually,
+    make_broker,
+    pki,
+)
 
 from aiodiskqueue.broker import BrokerServer
 
-__all__ = ["broker", "make_broker"]
+__all__ = ["broker", "make_broker", "pki"]
 
 SCRIPT = r'''
-import json, sys
+import json, os, ssl, sys
 import nsq
 import tornado.ioloop
 
 mode, port, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# Connection options (tls_v1, tls_options, deflate, snappy) for Writer and Reader.
+conn_opts = json.loads(os.environ.get("NSQ_CONN_OPTS", "{}"))
+if "tls_options" in conn_opts:
+    conn_opts["tls_options"]["cert_reqs"] = ssl.CERT_REQUIRED
 loop = tornado.ioloop.IOLoop.current()
 out = {"results": [], "errors": []}
 
@@ -35,7 +51,7 @@ loop.call_later(float(sys.argv[-1]), stop)  # a hard time limit: the child alway
 
 if mode == "pub":
     bodies = [b.encode() for b in json.loads(sys.argv[4])]
-    w = nsq.Writer(["127.0.0.1:%d" % port])
+    w = nsq.Writer(["127.0.0.1:%d" % port], **conn_opts)
     pending = [len(bodies) - 2 + 2]  # PUBs, one MPUB, one DPUB
 
     def done(conn, data):
@@ -79,15 +95,16 @@ else:
 
     r = nsq.Reader(topic=topic, channel=channel, message_handler=handler,
                    nsqd_tcp_addresses=["127.0.0.1:%d" % port], max_in_flight=10,
-                   lookupd_poll_interval=600)
+                   lookupd_poll_interval=600, **conn_opts)
 loop.start()
 '''
 
 
-async def _run_child(*args: str) -> dict[str, Any]:
+async def _run_child(*args: str, conn_opts: dict[str, Any] | None = None) -> dict[str, Any]:
+    env = {**os.environ, "NSQ_CONN_OPTS": json.dumps(conn_opts or {})}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", SCRIPT, *args, str(TIMEOUT),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT + 10)
@@ -139,3 +156,35 @@ async def test_pynsq_consumer_leaving_mid_flight(broker: BrokerServer) -> None:
     # The child exited with all three in flight: they are delivered again, at once.
     again = await _run_child("sub", str(broker.tcp_port), "py_leave", "c", "3")
     assert sorted((b, a) for b, a in again["results"]) == [("one", 2), ("three", 2), ("two", 2)]
+
+
+@pytest.mark.parametrize(
+    "features",
+    [{"tls_v1": True}, {"deflate": True}, {"snappy": True},
+     {"tls_v1": True, "snappy": True}, {"tls_v1": True, "deflate": True, "deflate_level": 3}],
+    ids=["tls", "deflate", "snappy", "tls-snappy", "tls-deflate"],
+)
+async def test_pynsq_upgrades_its_connections(
+    make_broker: MakeBroker, pki: dict[str, Path], features: dict[str, Any],
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aiodiskqueue.broker._server")
+    server = await make_broker(tls_cert=str(pki["server_cert"]), tls_key=str(pki["server_key"]))
+    conn_opts = dict(features)
+    if features.get("tls_v1"):
+        conn_opts["tls_options"] = {"ca_certs": str(pki["ca"])}
+    topic = await server.broker.get_topic("py_up")
+    await server.broker.get_channel(topic, "c")
+    pub = await _run_child("pub", str(server.tcp_port), "py_up", json.dumps(["a", "b", "c", "d"]),
+                           conn_opts=conn_opts)
+    assert pub["errors"] == [] and pub["results"] == ["OK"] * 4
+    sub = await _run_child("sub", str(server.tcp_port), "py_up", "c", "5", conn_opts=conn_opts)
+    assert sorted(b for b, _ in sub["results"]) == ["a", "b", "c", "d", "deferred"]
+    # Both clients really upgraded, in nsqd's order.
+    upgrades = [r.getMessage().split(": ", 1)[1] for r in caplog.records
+                if "upgraded to" in r.getMessage()]
+    expected = (["upgraded to TLS"] if features.get("tls_v1") else []) + (
+        ["upgraded to snappy"] if features.get("snappy") else
+        [f"upgraded to deflate (level {features.get('deflate_level', 6)})"]
+        if features.get("deflate") else [])
+    assert upgrades == expected * 2

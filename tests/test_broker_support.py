@@ -6,9 +6,11 @@ import asyncio
 import json
 import os
 import select
+import ssl
 import struct
 import subprocess
 import sys
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,53 @@ from aiodiskqueue.broker._protocol import FRAME_ERROR, FRAME_MESSAGE, FRAME_RESP
 TIMEOUT = 20.0
 """Upper bound for any single wait in these tests, so that every test stops by itself."""
 
+SNAPPY_STREAM_ID = b"\xff\x06\x00\x00sNaPpY"
+
+
+def make_pki(directory: Path) -> dict[str, Path]:
+    """A throwaway PKI made with the openssl command: a CA; a server certificate for
+    ``localhost`` and 127.0.0.1 and a client certificate (CN ``client-1``), both signed
+    by the CA; a self-signed client certificate (CN ``rogue``). Keys are P-256.
+
+    Returns the paths: ``ca``, ``server_cert``, ``server_key``, ``client_cert``,
+    ``client_key``, ``rogue_cert``, ``rogue_key``.
+    """
+    d = directory
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", *ec, "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"),
+        "-days", "2", "-subj", "/CN=aiodiskqueue test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, cn, ext in (
+        ("server", "localhost",
+         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+        ("client", "client-1", "extendedKeyUsage=clientAuth\n"),
+    ):
+        (d / f"{name}.ext").write_text(ext)
+        run("req", *ec, "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
+            "-subj", f"/CN={cn}")
+        run("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"),
+            "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "2",
+            "-out", str(d / f"{name}.pem"), "-extfile", str(d / f"{name}.ext"))
+    run("req", "-x509", *ec, "-keyout", str(d / "rogue.key"), "-out", str(d / "rogue.pem"),
+        "-days", "2", "-subj", "/CN=rogue")
+    return {"ca": d / "ca.pem", "server_cert": d / "server.pem", "server_key": d / "server.key",
+            "client_cert": d / "client.pem", "client_key": d / "client.key",
+            "rogue_cert": d / "rogue.pem", "rogue_key": d / "rogue.key"}
+
+
+def client_tls_context(pki: dict[str, Path], cert: str | None = None) -> ssl.SSLContext:
+    """A client context trusting the test CA; with ``cert`` (``client`` or ``rogue``),
+    presenting that certificate."""
+    ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+    if cert is not None:
+        ctx.load_cert_chain(str(pki[f"{cert}_cert"]), str(pki[f"{cert}_key"]))
+    return ctx
+
 
 MakeBroker = Callable[..., Awaitable[BrokerServer]]
 
@@ -29,14 +78,14 @@ MakeBroker = Callable[..., Awaitable[BrokerServer]]
 async def make_broker(tmp_path: Path) -> AsyncIterator[MakeBroker]:
     """Start brokers on ephemeral loopback ports over ``tmp_path/data``; all closed at the end.
 
-    Keyword arguments are :class:`BrokerOptions`; the test defaults are 1 KiB
-    messages and 4 KiB MPUB bodies.
+    Keyword arguments are :class:`BrokerOptions` (and ``https_port``); the test
+    defaults are 1 KiB messages and 4 KiB MPUB bodies.
     """
     servers: list[BrokerServer] = []
 
-    async def make(**options: Any) -> BrokerServer:
+    async def make(*, https_port: int | None = None, **options: Any) -> BrokerServer:
         opts = {"max_msg_size": 1024, "max_body_size": 4096, **options}
-        server = BrokerServer(tmp_path / "data", tcp_port=0, http_port=0,
+        server = BrokerServer(tmp_path / "data", tcp_port=0, http_port=0, https_port=https_port,
                               options=BrokerOptions(**opts))
         servers.append(server)
         await server.start()
@@ -47,6 +96,12 @@ async def make_broker(tmp_path: Path) -> AsyncIterator[MakeBroker]:
     finally:
         for s in servers:
             await s.aclose()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The test PKI of :func:`make_pki`, made once per run."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture
@@ -95,11 +150,68 @@ class Frame:
 
 
 class RawClient:
-    """A byte-level protocol V2 client: write commands, read frames (heartbeats skipped)."""
+    """A byte-level protocol V2 client: write commands, read frames (heartbeats skipped).
+
+    :meth:`start_tls`, :meth:`use_deflate` and :meth:`use_snappy` upgrade it as
+    an NSQ client does after IDENTIFY.
+    """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
+        self._encode: Callable[[bytes], bytes] | None = None
+        self._decode: Callable[[bytes], bytes] | None = None
+        self._decoded = b""
+
+    async def start_tls(self, ctx: ssl.SSLContext) -> None:
+        """Upgrade the connection to TLS (the server's certificate is for localhost)."""
+        await self.writer.start_tls(ctx, server_hostname="localhost")
+
+    def use_deflate(self) -> None:
+        """Raw deflate both ways from here on, each write flushed."""
+        comp = zlib.compressobj(6, zlib.DEFLATED, -15)
+        decomp = zlib.decompressobj(-15)
+        self._encode = lambda data: comp.compress(data) + comp.flush(zlib.Z_SYNC_FLUSH)
+        self._decode = decomp.decompress
+
+    def use_snappy(self) -> None:
+        """Snappy framing both ways from here on: each write a whole framed stream
+        (cramjam's), what arrives decoded chunk by chunk by cramjam."""
+        import cramjam
+
+        raw = bytearray()
+
+        def decode(data: bytes) -> bytes:
+            raw.extend(data)
+            pos = 0
+            while len(raw) - pos >= 4:  # complete chunks only
+                n = int.from_bytes(raw[pos + 1:pos + 4], "little")
+                if len(raw) - pos - 4 < n:
+                    break
+                pos += 4 + n
+            chunks = bytes(raw[:pos])
+            del raw[:pos]
+            if chunks.startswith(SNAPPY_STREAM_ID):
+                chunks = chunks[len(SNAPPY_STREAM_ID):]
+            return bytes(cramjam.snappy.decompress(SNAPPY_STREAM_ID + chunks)) if chunks else b""
+
+        self._encode = lambda data: bytes(cramjam.snappy.compress(data))
+        self._decode = decode
+
+    def write(self, data: bytes) -> None:
+        """Write bytes as they are, through the compression if any."""
+        self.writer.write(self._encode(data) if self._encode is not None else data)
+
+    async def _readexactly(self, n: int) -> bytes:
+        if self._decode is None:
+            return await self.reader.readexactly(n)
+        while len(self._decoded) < n:
+            raw = await self.reader.read(65536)
+            if not raw:
+                raise asyncio.IncompleteReadError(self._decoded, n)
+            self._decoded += self._decode(raw)
+        data, self._decoded = self._decoded[:n], self._decoded[n:]
+        return data
 
     @classmethod
     async def connect(cls, port: int, *, magic: bytes = MAGIC_V2) -> RawClient:
@@ -111,7 +223,7 @@ class RawClient:
         data = line + b"\n"
         if body is not None:
             data += struct.pack(">i", len(body)) + body
-        self.writer.write(data)
+        self.write(data)
 
     async def identify(self, **fields: Any) -> Frame:
         self.send(b"IDENTIFY", json.dumps(fields).encode())
@@ -119,9 +231,9 @@ class RawClient:
 
     async def read(self, *, skip_heartbeats: bool = True) -> Frame:
         while True:
-            head = await asyncio.wait_for(self.reader.readexactly(8), TIMEOUT)
+            head = await asyncio.wait_for(self._readexactly(8), TIMEOUT)
             size, ftype = struct.unpack(">ii", head)
-            data = await asyncio.wait_for(self.reader.readexactly(size - 4), TIMEOUT)
+            data = await asyncio.wait_for(self._readexactly(size - 4), TIMEOUT)
             if skip_heartbeats and ftype == FRAME_RESPONSE and data == b"_heartbeat_":
                 self.send(b"NOP")
                 continue

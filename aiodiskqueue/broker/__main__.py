@@ -15,7 +15,7 @@ import sys
 from ..errors import DiskQueueError
 from ._app import BrokerServer
 from ._export import export_for_nsqd
-from ._options import BrokerOptions
+from ._options import BrokerOptions, split_host_port
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,6 +44,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: the hostname)")
     p.add_argument("--lookupd-tcp-address", action="append", default=[],
                    help="nsqlookupd TCP address host:port to register with (repeatable)")
+    p.add_argument("--https-address", default="",
+                   help="host:port of an HTTPS listener for the HTTP API (needs --tls-cert)")
+    p.add_argument("--tls-cert", default="", help="path to certificate file")
+    p.add_argument("--tls-key", default="", help="path to key file")
+    p.add_argument("--tls-root-ca-file", default="", help="path to certificate authority file")
+    p.add_argument("--tls-client-auth-policy", default="",
+                   choices=["", "require", "require-verify"],
+                   help="client certificate auth policy ('require' or 'require-verify')")
+    p.add_argument("--tls-required", nargs="?", const="true", default="false",
+                   type=_tls_required,
+                   help="require TLS for client connections (true, false, tcp-https)")
+    p.add_argument("--tls-min-version", default="tls1.0",
+                   choices=["tls1.0", "tls1.1", "tls1.2", "tls1.3"],
+                   help="minimum TLS version (default tls1.0)")
+    p.add_argument("--deflate", nargs="?", const="true", default="true", type=_bool,
+                   help="enable deflate feature negotiation (default true)")
+    p.add_argument("--max-deflate-level", type=int, default=6,
+                   help="max deflate compression level a client can negotiate (1-9)")
+    p.add_argument("--snappy", nargs="?", const="true", default="true", type=_bool,
+                   help="enable snappy feature negotiation (default true; needs cramjam)")
+    p.add_argument("--auth-http-address", action="append", default=[],
+                   help="<addr>:<port> or a full url to query auth server (repeatable)")
+    p.add_argument("--http-client-connect-timeout", type=float, default=2.0,
+                   help="timeout for connecting to an auth server, s")
+    p.add_argument("--http-client-request-timeout", type=float, default=5.0,
+                   help="timeout for an auth server's answer, s")
     p.add_argument("--uvloop", action="store_true", help="run on uvloop (the uvloop extra)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
@@ -66,7 +92,50 @@ def options(args: argparse.Namespace) -> BrokerOptions:
         max_req_timeout=args.max_req_timeout,
         broadcast_address=args.broadcast_address,
         lookupd_tcp_addresses=tuple(args.lookupd_tcp_address),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_root_ca_file=args.tls_root_ca_file,
+        tls_client_auth_policy=args.tls_client_auth_policy,
+        tls_required=args.tls_required,
+        tls_min_version=args.tls_min_version,
+        deflate=args.deflate,
+        max_deflate_level=args.max_deflate_level,
+        snappy=args.snappy,
+        auth_http_addresses=tuple(args.auth_http_address),
+        http_client_connect_timeout=args.http_client_connect_timeout,
+        http_client_request_timeout=args.http_client_request_timeout,
     )
+
+
+_TRUE = ("1", "t", "true", "yes")
+_FALSE = ("0", "f", "false", "no")
+
+
+def _bool(text: str) -> bool:
+    """A boolean flag's value, as Go's flag package reads one."""
+    low = text.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _tls_required(text: str) -> str:
+    """``--tls-required``'s value as nsqd reads it: a boolean or ``tcp-https``."""
+    if text.lower() == "tcp-https":
+        return "tcp-https"
+    return "true" if _bool(text) else "false"
+
+
+def https_address(args: argparse.Namespace) -> tuple[str | None, int | None]:
+    """The host and port of ``--https-address`` (None, None without it).
+
+    Raises ValueError for an address that is not host:port.
+    """
+    if not args.https_address:
+        return None, None
+    return split_host_port(args.https_address, "an HTTPS", listen=True)
 
 
 async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
@@ -76,8 +145,11 @@ async def serve(args: argparse.Namespace, opts: BrokerOptions) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with BrokerServer(args.data_dir, host=args.host, tcp_port=args.tcp_port,
-                            http_port=args.http_port, options=opts) as server:
-        print(f"LISTENING tcp={server.tcp_port} http={server.http_port}", flush=True)
+                            http_port=args.http_port, https_host=https_address(args)[0],
+                            https_port=https_address(args)[1],
+                            options=opts) as server:
+        extra = f" https={server.https_port}" if server.https_port is not None else ""
+        print(f"LISTENING tcp={server.tcp_port} http={server.http_port}{extra}", flush=True)
         await stop.wait()
 
 
@@ -111,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         opts = options(args)
+        https_address(args)
     except (ValueError, TypeError) as exc:
         print(f"python -m aiodiskqueue.broker: error: {exc}", file=sys.stderr)
         return 2

@@ -221,8 +221,15 @@ class Broker:
 
     # ------------------------------------------------------------------ stats
 
-    def stats(self, topic: str = "", channel: str = "") -> dict[str, Any]:
-        """nsqd's ``/stats?format=json`` document, optionally narrowed to a topic/channel."""
+    def stats(self, topic: str = "", channel: str = "", *, include_clients: bool = True,
+              memory: dict[str, int] | None = None,
+              producers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """nsqd's ``/stats?format=json`` document, optionally narrowed to a topic/channel.
+
+        Without ``include_clients`` each channel's ``clients`` is null, as nsqd's;
+        ``memory`` is left out when None; ``producers`` is null when empty (Go
+        encodes its empty list so).
+        """
         topics = []
         for t in sorted(self.topics.values(), key=lambda t: t.name):
             if topic and t.name != topic:
@@ -230,14 +237,20 @@ class Broker:
             ts = t.stats()
             if channel:
                 ts["channels"] = [c for c in ts["channels"] if c["channel_name"] == channel]
+            if not include_clients:
+                for c in ts["channels"]:
+                    c["clients"] = None
             topics.append(ts)
-        return {
+        out: dict[str, Any] = {
             "version": VERSION,
             "health": "OK",
             "start_time": self.start_time,
             "topics": topics,
-            "producers": [],
         }
+        if memory is not None:
+            out["memory"] = memory
+        out["producers"] = producers or None
+        return out
 
     @property
     def broadcast_address(self) -> str:

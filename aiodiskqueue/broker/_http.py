@@ -10,8 +10,12 @@ with nsqd's status codes and codes (``MISSING_ARG_TOPIC``, ``INVALID_TOPIC``,
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
+import os
+import ssl
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -70,9 +74,14 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 class HTTPApi:
     """The HTTP routes of a :class:`Broker`."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker,
+                 producers: Callable[[str], list[dict[str, Any]]] | None = None) -> None:
         self.broker = broker
-        app = web.Application(middlewares=[_errors],
+        self._producers = producers
+        """The stats of the TCP clients that published (nsqd's ``producers``)."""
+        self.https_port = 0
+        """The HTTPS listener's port, told to plain HTTP clients when TLS is required."""
+        app = web.Application(middlewares=[self._tls_policy, _errors],
                               client_max_size=broker.options.max_body_size + 1)
         r = app.router
         r.add_get("/ping", self.ping)
@@ -93,15 +102,19 @@ class HTTPApi:
         self.app = app
         self._runner: web.AppRunner | None = None
 
-    async def start(self, host: str, port: int) -> int:
-        """Serve on ``host:port`` (0 picks a free port); return the port."""
-        # The keep-alive timer runs from the connection's start and from each
-        # response until a request's headers are complete: it bounds a client
-        # sending headers a byte at a time as much as an idle one.
-        self._runner = web.AppRunner(self.app, access_log=None,
-                                     keepalive_timeout=self.broker.options.http_read_timeout)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+    async def start(self, host: str, port: int, *,
+                    ssl_context: ssl.SSLContext | None = None) -> int:
+        """Serve on ``host:port`` (0 picks a free port), over TLS with ``ssl_context``;
+        return the port. Called again, it adds a listener (the HTTPS one)."""
+        if self._runner is None:
+            # The keep-alive timer runs from the connection's start and from each
+            # response until a request's headers are complete: it bounds a client
+            # sending headers a byte at a time as much as an idle one.
+            self._runner = web.AppRunner(
+                self.app, access_log=None,
+                keepalive_timeout=self.broker.options.http_read_timeout)
+            await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
         await site.start()
         server = site._server
         assert server is not None
@@ -113,6 +126,13 @@ class HTTPApi:
         """Stop serving."""
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @web.middleware
+    async def _tls_policy(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """``tls_required="true"``: plain HTTP is refused, as nsqd refuses it."""
+        if not request.secure and self.broker.options.tls_required_mode == "true":
+            return _json({"message": "TLS_REQUIRED", "https_port": self.https_port}, 403)
+        return await handler(request)
 
     # ------------------------------------------------------------------ helpers
 
@@ -182,7 +202,14 @@ class HTTPApi:
     async def stats(self, request: web.Request) -> web.Response:
         """``GET /stats?format=json[&topic=T[&channel=C]]`` (text without ``format=json``)."""
         q = request.query
-        data = self.broker.stats(q.get("topic", ""), q.get("channel", ""))
+        include_clients = _BOOL_PARAMS.get(q.get("include_clients", ""), True)
+        include_mem = _BOOL_PARAMS.get(q.get("include_mem", ""), True)
+        topic = q.get("topic", "")
+        producers = (self._producers(topic)
+                     if include_clients and self._producers is not None else None)
+        data = self.broker.stats(topic, q.get("channel", ""), include_clients=include_clients,
+                                 memory=memory_stats() if include_mem else None,
+                                 producers=producers)
         if q.get("format") == "json":
             return _json(data)
         return _text(_format_text(data))
@@ -287,6 +314,34 @@ class HTTPApi:
         ch.set_paused(not request.path.endswith("unpause"))
         await self.broker.persist_meta()
         return _text("")
+
+
+_BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+"""nsqd's values of ``include_clients`` and ``include_mem`` (anything else: the default)."""
+
+
+def memory_stats() -> dict[str, int]:
+    """nsqd's ``memory`` object, from what Python can tell: ``heap_objects`` are the
+    memory blocks Python's allocator holds (``sys.getallocatedblocks``, cheap to read,
+    unlike a walk over every object), ``heap_in_use_bytes`` the resident set,
+    ``gc_total_runs`` the collections of every generation. Go's other figures have
+    no counterpart and are 0."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        resident = 0
+    return {
+        "heap_objects": sys.getallocatedblocks(),
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": resident,
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": 0,
+        "gc_pause_usec_99": 0,
+        "gc_pause_usec_95": 0,
+        "next_gc_bytes": 0,
+        "gc_total_runs": sum(g["collections"] for g in gc.get_stats()),
+    }
 
 
 def _format_text(data: dict[str, Any]) -> str:

@@ -173,7 +173,10 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     Raises ClientError(E_BAD_BODY) where Go's ``json.Unmarshal`` fails.
     """
     # Go keeps bytes that are not UTF-8 (as U+FFFD) rather than failing.
-    parsed = parse_top(body.decode("utf-8", "replace"))
+    try:
+        parsed = parse_top(body.decode("utf-8", "replace"))
+    except (ValueError, RecursionError, MemoryError):  # never an error the client cannot see
+        raise _bad() from None
     out: dict[str, Any] = dict.fromkeys(_INT_FIELDS, 0)
     out.update(dict.fromkeys(_STR_FIELDS, ""))
     out.update(dict.fromkeys(_BOOL_FIELDS, False))
@@ -189,7 +192,10 @@ def decode_identify(body: bytes) -> dict[str, Any]:
             continue  # unknown field, or null: left as it is
         if name in _INT_FIELDS:
             bits = _INT_FIELDS[name]
-            if type(value) is _Int and -(1 << bits) <= int(value) < (1 << bits):
+            # The length first: Python refuses to convert a string of more than
+            # 4,300 digits, and no 64-bit integer has more than 20 characters.
+            if (type(value) is _Int and len(value) <= 20
+                    and -(1 << bits) <= int(value) < (1 << bits)):
                 out[name] = int(value)
                 continue
         elif name in _STR_FIELDS:
@@ -223,6 +229,12 @@ class Limits:
     min_output_buffer_timeout_ms: int = 25
     max_output_buffer_timeout_ms: int = 30_000
     max_deflate_level: int = 6
+    tls: bool = False
+    """A certificate is configured: a client may ask for ``tls_v1``."""
+    deflate: bool = False
+    snappy: bool = False
+    auth: bool = False
+    """Auth servers are configured (``auth_required`` in the answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +251,11 @@ class ClientConfig:
     sample_rate: int = 0
     output_buffer_size: int = 16 * 1024
     output_buffer_timeout_ms: int = 250
+    tls_v1: bool = False
+    """Upgrade to TLS after the answer."""
+    deflate: bool = False
+    deflate_level: int = 6
+    snappy: bool = False
 
 
 def _invalid(what: str, value: int) -> ClientError:
@@ -253,12 +270,14 @@ def negotiate(
     The response is ``OK`` unless the client asked for ``feature_negotiation``,
     then a JSON object with nsqd's fields (``max_rdy_count``, ``version``,
     ``max_msg_timeout``, ``msg_timeout``, ``output_buffer_size``, ...). TLS,
-    snappy and deflate are never enabled (answered ``false``), so clients stay
-    on the plain stream. With ``client_msg_timeout=False`` a valid
+    snappy and deflate are granted when asked for and allowed by ``limits``
+    (only with feature negotiation, as nsqd); the caller then upgrades the
+    stream: TLS first, then the compression. With ``client_msg_timeout=False`` a valid
     ``msg_timeout`` is accepted but the server's applies, and the response
     says so.
 
-    Raises ClientError(E_BAD_BODY) for a body nsqd refuses, with nsqd's wording.
+    Raises ClientError(E_BAD_BODY) for a body nsqd refuses, with nsqd's wording,
+    ClientError(E_IDENTIFY_FAILED) for both deflate and snappy.
     """
     d = decode_identify(body)
 
@@ -301,7 +320,23 @@ def negotiate(
     else:
         raise _invalid("msg timeout", mt)
 
+    tls_v1 = deflate = snappy = False
+    level = 6
+    if d["feature_negotiation"]:
+        tls_v1 = limits.tls and d["tls_v1"]
+        deflate = limits.deflate and d["deflate"]
+        if deflate and d["deflate_level"] > 0:
+            level = d["deflate_level"]
+        level = min(level, limits.max_deflate_level)
+        snappy = limits.snappy and d["snappy"]
+        if deflate and snappy:
+            raise ClientError("E_IDENTIFY_FAILED",
+                              "cannot enable both deflate and snappy compression")
     cfg = ClientConfig(
+        tls_v1=tls_v1,
+        deflate=deflate,
+        deflate_level=level,
+        snappy=snappy,
         client_id=d["client_id"],
         hostname=d["hostname"],
         user_agent=d["user_agent"],
@@ -322,14 +357,14 @@ def negotiate(
         # Not in nsqd's answer; clients ignore unknown fields, and it tells the
         # client which interval (ms, -1 = disabled) was applied.
         "heartbeat_interval": heartbeat if heartbeat > 0 else -1,
-        "tls_v1": False,
-        "deflate": False,
-        # nsqd's level for a client that gets no deflate: its default, capped.
-        "deflate_level": min(6, limits.max_deflate_level),
+        "tls_v1": tls_v1,
+        "deflate": deflate,
+        # For a client that gets no deflate: nsqd's default level, capped.
+        "deflate_level": level,
         "max_deflate_level": limits.max_deflate_level,
-        "snappy": False,
+        "snappy": snappy,
         "sample_rate": sample,
-        "auth_required": False,
+        "auth_required": limits.auth,
         "output_buffer_size": buf_size,
         "output_buffer_timeout": buf_timeout,
     }

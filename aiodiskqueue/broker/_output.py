@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
+from collections.abc import Callable
+from typing import cast
 
+from ._input import BadStream
 from ._protocol import ClientError
+from ._tls import HANDSHAKE_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +38,58 @@ class ReplyWriter:
         self._failed = False
         self._replies: deque[bytes | ClientError | asyncio.Task[bytes]] = deque()
         """Replies not sent yet, in command order: a publish's reply waits for its store."""
+        self._held = False
+        """Frames stay queued, unwritten: the stream is being upgraded to TLS."""
+        self._encode: Callable[[bytes], bytes] | None = None
+        """The connection's compression, applied to each write."""
+
+    def hold(self) -> None:
+        """Write nothing until :meth:`release` (a TLS handshake runs on the stream)."""
+        self._flush()
+        self._held = True
+
+    def release(self) -> None:
+        """Write what was queued while held, and everything after it, again."""
+        self._held = False
+        self._flush()
+
+    async def wait_replies(self) -> None:
+        """Wait until the replies queued so far are sent (their publishes stored).
+
+        Raises ConnectionError if one of them failed the connection.
+        """
+        storing = [r for r in self._replies if isinstance(r, asyncio.Task)]
+        if storing:
+            await asyncio.wait(storing)  # each one's callback sends its reply first
+        if self._failed:
+            raise ConnectionError("closed by a failed publish")
+
+    async def start_tls(self, ctx: ssl.SSLContext, answer: bytes) -> ssl.SSLObject:
+        """Send ``answer`` in the clear, then take the server side of a TLS handshake on
+        the same stream; return the session. Frames queued meanwhile go out after it.
+
+        Raises BadStream if the handshake fails or takes more than
+        :data:`HANDSHAKE_TIMEOUT` (the stream is then neither plain nor TLS: no frame
+        can be sent).
+        """
+        # Stop reading first: the client's handshake must reach TLS, not the stream's
+        # buffer. A stream's transport reads too (uvloop's is no asyncio.ReadTransport).
+        cast(asyncio.Transport, self.writer.transport).pause_reading()
+        self.send(answer)
+        self.hold()
+        try:
+            await self.writer.start_tls(ctx, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            raise BadStream(f"TLS handshake failed: {exc}") from None
+        session: ssl.SSLObject = self.writer.get_extra_info("ssl_object")
+        self.release()
+        return session
+
+    def set_encoder(self, encode: Callable[[bytes], bytes]) -> None:
+        """Pass every write from here on through ``encode`` (what is queued goes out first,
+        as it was)."""
+        self._flush()
+        self._encode = encode
 
     def close(self) -> None:
         """Close the connection from the server side."""
@@ -58,9 +115,12 @@ class ReplyWriter:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._out and not self._closed:
+        if self._out and not self._closed and not self._held:
             out, self._out = self._out, []
-            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
+            data = b"".join(out) if len(out) > 1 else out[0]
+            if self._encode is not None:
+                data = self._encode(data)
+            self.writer.write(data)
 
     async def _drain_if_needed(self) -> None:
         transport = self.writer.transport
@@ -128,10 +188,4 @@ def wake_future(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def show(raw: bytes) -> str:
-    """A parameter for an error message: quoted, never longer than 80 characters."""
-    text = raw[:80].decode("utf-8", "backslashreplace")
-    return f'"{text}"' + ("..." if len(raw) > 80 else "")
-
-
-__all__ = ["WRITE_HIGH_WATER", "Reply", "ReplyWriter", "show", "wake_future"]
+__all__ = ["WRITE_HIGH_WATER", "Reply", "ReplyWriter", "wake_future"]

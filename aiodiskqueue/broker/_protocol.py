@@ -58,8 +58,10 @@ class ClientError(Exception):
         self.fatal = fatal
 
     def frame(self) -> bytes:
-        """The error frame to send."""
-        return frame(FRAME_ERROR, f"{self.code} {self.description}".encode())
+        """The error frame to send (a parameter's bytes as the client sent them, see
+        :func:`raw_param`)."""
+        return frame(FRAME_ERROR,
+                     f"{self.code} {self.description}".encode("utf-8", "surrogateescape"))
 
 
 def frame(frame_type: int, data: bytes) -> bytes:
@@ -124,52 +126,153 @@ def parse_int(raw: bytes, *, signed: bool = True) -> int | None:
     return int(raw)
 
 
+_U64: Final = 1 << 64
+
+
+def base10(raw: bytes) -> int | None:
+    """A command's number as nsqd's ``ByteToBase10`` reads it: digits only (None for
+    anything else), the empty parameter is 0, and the value wraps at 2**64 (Go's
+    uint64) however many digits there are."""
+    if not raw:
+        return 0
+    if not raw.isdigit() or not raw.isascii():
+        return None
+    n = 0
+    for i in range(0, len(raw), 18):  # Python refuses to convert > 4,300 digits at once
+        chunk = raw[i:i + 18]
+        n = (n * 10 ** len(chunk) + int(chunk)) % _U64
+    return n
+
+
+def int64(value: int) -> int:
+    """``value`` wrapped to Go's int64, as a conversion or an overflowing product does."""
+    value %= _U64
+    return value - _U64 if value >= 1 << 63 else value
+
+
 def check_message_id(raw: bytes) -> bytes:
     """Validate a message id parameter (exactly 16 bytes).
 
     Raises ClientError(E_INVALID) otherwise.
     """
     if len(raw) != MSG_ID_LENGTH:
-        raise ClientError("E_INVALID", "Invalid Message ID")
+        raise ClientError("E_INVALID", "invalid message ID")
     return raw
 
 
+def raw_param(raw: bytes) -> str:
+    """A parameter for an error message as nsqd's ``%s`` writes it: its bytes unchanged.
+
+    Bytes that are not UTF-8 come back as surrogates, which
+    :meth:`ClientError.frame` turns back into the same bytes.
+    """
+    return raw.decode("utf-8", "surrogateescape")
+
+
+_GO_ESCAPES: Final = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                      "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+
+
+def go_quote(raw: bytes | str) -> str:
+    """A parameter as nsqd's ``%q`` writes it (Go's ``strconv.Quote``).
+
+    Printable characters stay, the usual backslash escapes, ``\\xNN`` for
+    other ASCII controls and for bytes that are not UTF-8, ``\\uNNNN`` /
+    ``\\UNNNNNNNN`` for other characters that are not printable.
+    """
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+    out = ['"']
+    for ch in text:
+        o = ord(ch)
+        esc = _GO_ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif 0xDC80 <= o <= 0xDCFF:  # a byte that is not UTF-8 (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        elif o < 0x80:
+            out.append(f"\\x{o:02x}")
+        elif o < 0x10000:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(f"\\U{o:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def parse_mpub(
-    body: bytes, max_msg_size: int, *, code_prefix: str = "MPUB"
+    body: bytes, max_msg_size: int, *, code_prefix: str = "MPUB", max_body_size: int = 0
 ) -> list[bytes]:
     """Split an MPUB body (``count``, then ``count`` x (size, bytes)) into messages.
 
-    Raises ClientError with nsqd's codes: E_BAD_BODY for a bad count or
-    trailing garbage, E_BAD_MESSAGE for a bad, oversize or truncated message.
+    A count above what ``max_body_size`` could hold (5 bytes a message, as
+    nsqd reckons) is refused at once. Raises ClientError with nsqd's codes:
+    E_BAD_BODY for a bad count or trailing garbage, E_BAD_MESSAGE for a bad,
+    oversize or truncated message.
     """
+    split = _split_mpub(body, max_msg_size, code_prefix, max_body_size, strict=True)
+    assert split is not None  # strict: incomplete raises
+    out, end = split
+    if end != len(body):
+        raise ClientError("E_BAD_BODY",
+                          f"{code_prefix} body has {len(body) - end} bytes after {len(out)} "
+                          "messages")
+    return out
+
+
+def split_mpub(body: bytes, max_msg_size: int, max_body_size: int
+               ) -> tuple[list[bytes], int] | None:
+    """The messages at the start of ``body`` and where they end, as nsqd reads an MPUB
+    from the stream: what follows them is not part of it; None if they run past
+    ``body`` (nsqd reads on). Raises ClientError for a bad count or message, as
+    :func:`parse_mpub`.
+    """
+    return _split_mpub(body, max_msg_size, "MPUB", max_body_size, strict=False)
+
+
+def check_mpub_count(count: int, max_body_size: int, code_prefix: str = "MPUB") -> None:
+    """nsqd's bound on an MPUB's message count. Raises ClientError(E_BAD_BODY)."""
+    if count <= 0 or (max_body_size and count > (max_body_size - 4) // 5):
+        raise ClientError("E_BAD_BODY", f"{code_prefix} invalid message count {count}")
+
+
+def check_mpub_size(i: int, size: int, max_msg_size: int, code_prefix: str = "MPUB") -> None:
+    """nsqd's checks of an MPUB message's size. Raises ClientError(E_BAD_MESSAGE)."""
+    if size <= 0:
+        raise ClientError("E_BAD_MESSAGE", f"{code_prefix} invalid message({i}) body size {size}")
+    if size > max_msg_size:
+        raise ClientError("E_BAD_MESSAGE",
+                          f"{code_prefix} message too big {size} > {max_msg_size}")
+
+
+def _split_mpub(body: bytes, max_msg_size: int, code_prefix: str, max_body_size: int, *,
+                strict: bool) -> tuple[list[bytes], int] | None:
     if len(body) < 4:
+        if not strict:
+            return None
         raise ClientError("E_BAD_BODY", f"{code_prefix} failed to read message count")
     count = read_int32(body)
-    if count <= 0:
-        raise ClientError("E_BAD_BODY", f"{code_prefix} invalid message count {count}")
+    check_mpub_count(count, max_body_size, code_prefix)
     out: list[bytes] = []
     off = 4
     end = len(body)
     for i in range(count):
         if off + 4 > end:
+            if not strict:
+                return None
             raise ClientError("E_BAD_MESSAGE",
                               f"{code_prefix} failed to read message({i}) body size")
         size = read_int32(body, off)
         off += 4
-        if size <= 0:
-            raise ClientError("E_BAD_MESSAGE",
-                              f"{code_prefix} invalid message({i}) body size {size}")
-        if size > max_msg_size:
-            raise ClientError("E_BAD_MESSAGE",
-                              f"{code_prefix} message too big {size} > {max_msg_size}")
+        check_mpub_size(i, size, max_msg_size, code_prefix)
         if off + size > end:
+            if not strict:
+                return None
             raise ClientError("E_BAD_MESSAGE", f"{code_prefix} failed to read message body")
         out.append(body[off : off + size])
         off += size
-    if off != end:
-        raise ClientError("E_BAD_BODY",
-                          f"{code_prefix} body has {end - off} bytes after {count} messages")
-    return out
+    return out, off
 
 
 __all__ = [
@@ -181,14 +284,21 @@ __all__ = [
     "MAGIC_V2",
     "OK",
     "ClientError",
+    "base10",
     "check_message_id",
+    "check_mpub_count",
+    "check_mpub_size",
     "decode_name",
     "frame",
+    "go_quote",
+    "int64",
     "is_valid_name",
     "message_frame",
     "message_frame_head",
     "pack_int32",
     "parse_int",
     "parse_mpub",
+    "raw_param",
     "read_int32",
+    "split_mpub",
 ]

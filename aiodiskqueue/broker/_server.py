@@ -7,33 +7,41 @@ import contextlib
 import enum
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
-from ..errors import DiskQueueError
+from ..errors import DiskQueueError, MessageNotInFlight
+from ._auth import AuthClient, ClientAuth
 from ._backend import PER_DELIVERY_TIMEOUT, Delivery
 from ._broker import Broker
+from ._compress import deflate_codec, snappy_codec
 from ._delivery import DeliveryPump
 from ._identify import ClientConfig, negotiate
-from ._input import CommandReader
+from ._input import LINE_LIMIT, BadStream, CommandReader
 from ._output import WRITE_HIGH_WATER, Reply
-from ._output import show as _show
 from ._protocol import (
     CLOSE_WAIT,
+    FRAME_ERROR,
     FRAME_RESPONSE,
     HEARTBEAT,
     MAGIC_V2,
     MSG_ID_LENGTH,
     OK,
     ClientError,
+    base10,
     check_message_id,
     decode_name,
     frame,
-    parse_int,
-    parse_mpub,
+    go_quote,
+    int64,
+    raw_param,
     read_int32,
+    split_mpub,
 )
+from ._tls import connection_info, peer_common_name
 from ._topic import Channel
 
 log = logging.getLogger(__name__)
@@ -76,13 +84,21 @@ class Connection(DeliveryPump):
     """
 
     def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        *, tls_context: ssl.SSLContext | None = None, auth: AuthClient | None = None,
     ) -> None:
         super().__init__(writer)
         self.broker = broker
         self.reader = CommandReader(reader)
         self.id = next(_ids)
         opts = broker.options
+        self._tls_context = tls_context
+        self._tls_required = opts.tls_required_mode != "false"
+        self.ssl_object: ssl.SSLObject | None = None
+        """The TLS session once the client upgraded (IDENTIFY ``tls_v1``)."""
+        self.authz = (ClientAuth(auth, self._peer)
+                      if auth is not None and auth.enabled else None)
+        """AUTH and its checks; None without auth servers (everything allowed)."""
         self.config = ClientConfig(
             heartbeat_interval_ms=round(opts.heartbeat_interval * 1000),
             msg_timeout_ms=round(opts.msg_timeout * 1000),
@@ -96,6 +112,8 @@ class Connection(DeliveryPump):
         self.message_count = 0
         self.finish_count = 0
         self.requeue_count = 0
+        self.pub_counts: dict[str, int] = {}
+        """Messages this client published, by topic (a producer in /stats)."""
         self.connect_ts = int(time.time())
         peer = writer.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -140,7 +158,9 @@ class Connection(DeliveryPump):
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             if magic != MAGIC_V2:
-                self.send(ClientError("E_BAD_PROTOCOL", f"bad protocol magic {magic!r}").frame())
+                # nsqd's frame is the bare code; the magic goes to the log.
+                log.info("client %s: bad protocol magic %r", self, magic)
+                self.send(frame(FRAME_ERROR, b"E_BAD_PROTOCOL"))
                 return
             self._heartbeat = loop.create_task(self._run_heartbeat())
             transport = self.writer.transport
@@ -152,10 +172,15 @@ class Connection(DeliveryPump):
                     self._last_active = loop.time()
                     try:
                         line = await reader.readline()
+                    except BadStream as exc:
+                        log.info("client %s: %s, closing", self, exc)
+                        return
                     except (asyncio.IncompleteReadError, ConnectionError):
                         return
                     except asyncio.LimitOverrunError:
-                        self.send(ClientError("E_INVALID", "command line too long").frame())
+                        # As nsqd when a line does not fit its read buffer: no answer.
+                        log.info("client %s: command line longer than %d bytes, closing",
+                                 self, LINE_LIMIT)
                         return
                 if line[-1:] == b"\r":
                     line = line[:-1]
@@ -177,15 +202,16 @@ class Connection(DeliveryPump):
                         try:
                             await d.finish()
                         except DiskQueueError as exc:  # not in flight, or closing
-                            raise ClientError("E_FIN_FAILED", f"FIN {_show(d.id)} failed {exc}",
-                                              fatal=False) from None
+                            raise _settle_failed("FIN", d.id, exc) from None
                         self.finish_count += 1
                         if self._failed:
                             return
                         continue
+                    if self._tls_required and self.ssl_object is None:
+                        self._check_tls(params[0])
                     handler = self._handlers.get(params[0])
                     if handler is None:
-                        raise ClientError("E_INVALID", f"invalid command {_show(params[0])}")
+                        raise ClientError("E_INVALID", f"invalid command {raw_param(params[0])}")
                     resp = await handler(params)
                 except ClientError as err:
                     log.info("client %s: %s", self, err)
@@ -193,10 +219,14 @@ class Connection(DeliveryPump):
                     if err.fatal:
                         return
                     continue
+                except BadStream as exc:
+                    log.info("client %s: %s, closing", self, exc)
+                    return
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 if resp is not None:
                     self._reply(resp)
+                transport = self.writer.transport  # a TLS upgrade replaces it
                 if self._failed:
                     return
                 if len(self._replies) > _MAX_PENDING_REPLIES:
@@ -264,7 +294,10 @@ class Connection(DeliveryPump):
             return self._last_topic[1]  # a publisher mostly repeats its topic
         name = decode_name(raw)
         if name is None:
-            raise ClientError("E_BAD_TOPIC", f"{cmd} topic name {_show(raw)} is not valid")
+            # nsqd's MPUB repeats the code in its description.
+            prefix = "E_BAD_TOPIC " if cmd == "MPUB" else ""
+            raise ClientError("E_BAD_TOPIC",
+                              f"{prefix}{cmd} topic name {go_quote(raw)} is not valid")
         self._last_topic = (raw, name)
         return name
 
@@ -276,6 +309,8 @@ class Connection(DeliveryPump):
         body = await self._read_body("IDENTIFY", "E_BAD_BODY", self.broker.options.max_body_size)
         opts = self.broker.options
         limits = opts.limits()
+        if limits.tls != (self._tls_context is not None):
+            limits = replace(limits, tls=self._tls_context is not None)
         self.config, resp = negotiate(body, limits, client_msg_timeout=PER_DELIVERY_TIMEOUT)
         ms = self.config.msg_timeout_ms
         # The broker's own value exactly when the client asked for none (or for
@@ -286,13 +321,58 @@ class Connection(DeliveryPump):
             # Restart the ticker with the negotiated interval.
             self._heartbeat.cancel()
             self._heartbeat = asyncio.get_running_loop().create_task(self._run_heartbeat())
+        cfg = self.config
+        if cfg.tls_v1 or cfg.snappy or cfg.deflate:
+            await self._upgrade(frame(FRAME_RESPONSE, resp))
+            return None
         return frame(FRAME_RESPONSE, resp)
+
+    def _check_tls(self, cmd: bytes) -> None:
+        """``--tls-required``: every command but IDENTIFY waits for the upgrade (nsqd's words)."""
+        if cmd != b"IDENTIFY":
+            raise ClientError("E_INVALID",
+                              f"cannot {raw_param(cmd)} in current state (TLS required)")
+
+    async def _upgrade(self, answer: bytes) -> None:
+        """Send IDENTIFY's ``answer``, then upgrade the stream as nsqd: TLS (answered
+        ``OK`` once the handshake is done), then compression (``OK``, compressed).
+
+        Raises BadStream if the TLS handshake fails (the connection is closed, no
+        frame: the stream is neither plain nor TLS any more).
+        """
+        await self.wait_replies()  # the replies of publishes before IDENTIFY go out first
+        cfg = self.config
+        if cfg.tls_v1:
+            assert self._tls_context is not None  # negotiate grants TLS only with it
+            self.ssl_object = await self.start_tls(self._tls_context, answer)
+            log.info("client %s: upgraded to TLS", self)
+            self.send(_OK_FRAME)
+        else:
+            self.send(answer)
+        if cfg.snappy or cfg.deflate:
+            encode, decode = (snappy_codec() if cfg.snappy
+                              else deflate_codec(cfg.deflate_level))
+            self.set_encoder(encode)
+            self.reader.set_decoder(decode)
+            log.info("client %s: upgraded to %s", self, "snappy" if cfg.snappy else
+                     f"deflate (level {cfg.deflate_level})")
+            self.send(_OK_FRAME)
 
     async def _auth(self, params: list[bytes]) -> Reply:
         if self.state is not ClientState.INIT:
             raise ClientError("E_INVALID", "cannot AUTH in current state")
-        await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
-        raise ClientError("E_AUTH_DISABLED", "AUTH Disabled")
+        if len(params) != 1:
+            raise ClientError("E_INVALID", "AUTH invalid number of parameters")
+        body = await self._read_body("AUTH", "E_BAD_BODY", self.broker.options.max_body_size)
+        if self.authz is None:
+            raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
+        return frame(FRAME_RESPONSE, await self.authz.auth(body))
+
+    def _peer(self) -> tuple[str, bool, str]:
+        """What the auth server is told of this client: IP, TLS, certificate name."""
+        peer = self.writer.get_extra_info("peername")
+        return (peer[0] if isinstance(peer, tuple) else "", self.ssl_object is not None,
+                peer_common_name(self.ssl_object))
 
     async def _sub(self, params: list[bytes]) -> Reply:
         if self.state is not ClientState.INIT:
@@ -303,10 +383,13 @@ class Connection(DeliveryPump):
             raise ClientError("E_INVALID", "SUB insufficient number of parameters")
         tname = decode_name(params[1])
         if tname is None:
-            raise ClientError("E_BAD_TOPIC", f"SUB topic name {_show(params[1])} is not valid")
+            raise ClientError("E_BAD_TOPIC", f"SUB topic name {go_quote(params[1])} is not valid")
         cname = decode_name(params[2])
         if cname is None:
-            raise ClientError("E_BAD_CHANNEL", f"SUB channel name {_show(params[2])} is not valid")
+            raise ClientError("E_BAD_CHANNEL",
+                              f"SUB channel name {go_quote(params[2])} is not valid")
+        if self.authz is not None:
+            await self.authz.check("SUB", tname, cname)
         topic = await self.broker.get_topic(tname)
         ch = await self.broker.get_channel(topic, cname)
         ch.clients[self.id] = self
@@ -321,10 +404,10 @@ class Connection(DeliveryPump):
             raise ClientError("E_INVALID", "cannot RDY in current state")
         count = 1
         if len(params) > 1:
-            parsed = parse_int(params[1])
+            parsed = base10(params[1])
             if parsed is None:
-                raise ClientError("E_INVALID", f"RDY could not parse count {_show(params[1])}")
-            count = parsed
+                raise ClientError("E_INVALID", f"RDY could not parse count {raw_param(params[1])}")
+            count = int64(parsed)
         mx = self.broker.options.max_rdy_count
         if count < 0 or count > mx:
             raise ClientError("E_INVALID", f"RDY count {count} out of range 0-{mx}")
@@ -347,11 +430,14 @@ class Connection(DeliveryPump):
         d = self.in_flight.get(msg_id)
         if d is None:
             code = {"FIN": "E_FIN_FAILED", "REQ": "E_REQ_FAILED", "TOUCH": "E_TOUCH_FAILED"}[cmd]
-            raise ClientError(code, f"{cmd} {_show(msg_id)} failed ID not in flight", fatal=False)
+            raise ClientError(code, f"{cmd} {raw_param(msg_id)} failed ID not in flight",
+                              fatal=False)
         return d
 
     def _fin(self, params: list[bytes]) -> Delivery:
         """FIN's checks (not a coroutine); :meth:`run` finishes the message in the store."""
+        if self._tls_required and self.ssl_object is None:
+            self._check_tls(params[0])
         d = self._in_flight(self._settle_params(params, "FIN", 2), "FIN")
         del self.in_flight[d.id]
         self.wake()
@@ -359,24 +445,24 @@ class Connection(DeliveryPump):
 
     async def _req(self, params: list[bytes]) -> Reply:
         msg_id = self._settle_params(params, "REQ", 3)
-        ms = parse_int(params[2], signed=False)
-        if ms is None:
-            raise ClientError("E_INVALID", f"REQ could not parse timeout {_show(params[2])}")
+        parsed = base10(params[2])
+        if parsed is None:
+            raise ClientError("E_INVALID", f"REQ could not parse timeout {raw_param(params[2])}")
         # As nsqd: a delay out of range is clamped (pynsq's backoff passes 1 h
-        # from its 41st attempt), not an error.
-        mx = round(self.broker.options.max_req_timeout * 1000)
-        clamped = min(max(ms, 0), mx)
-        if clamped != ms:
-            log.info("client %s: REQ timeout %d out of range 0-%d, using %d", self, ms, mx, clamped)
-            ms = clamped
+        # from its 41st attempt), not an error; nsqd's nanoseconds wrap as Go's int64.
+        ns = int64(parsed * 1_000_000)
+        mx = round(self.broker.options.max_req_timeout * 1e9)
+        clamped = min(max(ns, 0), mx)
+        if clamped != ns:
+            log.info("client %s: REQ timeout %d out of range 0-%d, using %d", self, ns, mx, clamped)
+        ms = clamped // 1_000_000
         d = self._in_flight(msg_id, "REQ")
         del self.in_flight[d.id]
         self.wake()
         try:
             await d.requeue(ms / 1000)
         except DiskQueueError as exc:
-            raise ClientError("E_REQ_FAILED", f"REQ {_show(d.id)} failed {exc}",
-                              fatal=False) from None
+            raise _settle_failed("REQ", d.id, exc) from None
         self.requeue_count += 1
         return None
 
@@ -387,8 +473,7 @@ class Connection(DeliveryPump):
         except DiskQueueError as exc:
             self.in_flight.pop(d.id, None)
             self.wake()
-            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_show(d.id)} failed {exc}",
-                              fatal=False) from None
+            raise _settle_failed("TOUCH", d.id, exc) from None
         return None
 
     async def _nop(self, params: list[bytes]) -> Reply:
@@ -406,6 +491,8 @@ class Connection(DeliveryPump):
         tname = await self._topic_param(params, "PUB", 2)
         body = await self._read_body("PUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
+        if self.authz is not None:
+            await self.authz.check("PUB", tname)
         batch = self._pub_batch
         if batch is not None and batch[0] == tname:
             # A PUB to the same topic whose store has not started yet: one write,
@@ -419,20 +506,36 @@ class Connection(DeliveryPump):
 
     async def _dpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "DPUB", 3)
-        ms = parse_int(params[2], signed=False)
+        ms = base10(params[2])
         if ms is None:
-            raise ClientError("E_INVALID", f"DPUB could not parse timeout {_show(params[2])}")
+            raise ClientError("E_INVALID", f"DPUB could not parse timeout {raw_param(params[2])}")
+        ns = int64(ms * 1_000_000)  # nsqd's time.Duration, wrapping as Go's int64
         mx = round(self.broker.options.max_req_timeout * 1000)
-        if ms < 0 or ms > mx:
+        if ns < 0 or ns > mx * 1_000_000:
             raise ClientError("E_INVALID", f"DPUB timeout {ms} out of range 0-{mx}")
+        ms = ns // 1_000_000
         body = await self._read_body("DPUB", "E_BAD_MESSAGE", self.broker.options.max_msg_size,
                                      size_word="message body size")
+        if self.authz is not None:
+            await self.authz.check("DPUB", tname)
         return self._publish("E_DPUB_FAILED", "DPUB", tname, [body], ms / 1000)
 
     async def _mpub(self, params: list[bytes]) -> Reply:
         tname = await self._topic_param(params, "MPUB", 2)
-        body = await self._read_body("MPUB", "E_BAD_BODY", self.broker.options.max_body_size)
-        bodies = parse_mpub(body, self.broker.options.max_msg_size)
+        if self.authz is not None:  # before the body, as nsqd
+            await self.authz.check("MPUB", tname)
+        opts = self.broker.options
+        body = await self._read_body("MPUB", "E_BAD_BODY", opts.max_body_size)
+        # nsqd reads the messages from the stream: its body size bounds nothing. What
+        # follows them is the next command; messages longer than it are read on.
+        split = split_mpub(body, opts.max_msg_size, opts.max_body_size)
+        if split is None:
+            self.reader.unread(body)
+            bodies = await self.reader.read_mpub(opts.max_msg_size, opts.max_body_size)
+        else:
+            bodies, end = split
+            if end < len(body):
+                self.reader.unread(body[end:])
         return self._publish("E_MPUB_FAILED", "MPUB", tname, bodies)
 
     def _publish(self, code: str, cmd: str, tname: str, bodies: list[bytes],
@@ -471,14 +574,22 @@ class Connection(DeliveryPump):
         except (DiskQueueError, OSError) as exc:
             log.error("client %s: %s to %s failed: %s", self, cmd, tname, exc)
             raise ClientError(code, f"{cmd} failed {exc}") from None
+        self.pub_counts[tname] = self.pub_counts.get(tname, 0) + len(bodies)
         return _OK_FRAME
 
-    def stats(self) -> dict[str, Any]:
-        """nsqd's client stats object."""
-        return _client_stats(self)
+    def stats(self, topic: str = "") -> dict[str, Any]:
+        """nsqd's client stats object (``pub_counts`` only of ``topic`` if given)."""
+        return _client_stats(self, topic)
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address} state={self.state.name}>"
+
+
+def _settle_failed(cmd: str, msg_id: bytes, exc: DiskQueueError) -> ClientError:
+    """The error frame of a FIN, REQ or TOUCH that the store refused, in nsqd's words."""
+    reason = "ID not in flight" if isinstance(exc, MessageNotInFlight) else str(exc)
+    return ClientError(f"E_{cmd}_FAILED", f"{cmd} {raw_param(msg_id)} failed {reason}",
+                       fatal=False)
 
 
 async def _run_heartbeat(conn: Connection) -> None:
@@ -501,9 +612,11 @@ async def _run_heartbeat(conn: Connection) -> None:
         conn.send(_HEARTBEAT_FRAME)
 
 
-def _client_stats(conn: Connection) -> dict[str, Any]:
+def _client_stats(conn: Connection, topic: str) -> dict[str, Any]:
     """nsqd's client stats object."""
     cfg = conn.config
+    pubs = [{"topic": t, "count": n} for t, n in sorted(conn.pub_counts.items())
+            if not topic or t == topic]
     return {
         "client_id": cfg.client_id,
         "hostname": cfg.hostname,
@@ -518,10 +631,12 @@ def _client_stats(conn: Connection) -> dict[str, Any]:
         "requeue_count": conn.requeue_count,
         "connect_ts": conn.connect_ts,
         "sample_rate": cfg.sample_rate,
-        "deflate": False,
-        "snappy": False,
+        "deflate": cfg.deflate,
+        "snappy": cfg.snappy,
         "user_agent": cfg.user_agent,
-        "tls": False,
+        **connection_info(conn.ssl_object),
+        **(conn.authz.stats() if conn.authz is not None else {}),
+        **({"pub_counts": pubs} if pubs else {}),
         "msg_timeout": cfg.msg_timeout_ms,
     }
 
