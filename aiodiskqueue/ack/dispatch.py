@@ -16,7 +16,7 @@ import enum
 from collections import deque
 
 from .._format import nsq
-from ..errors import DiskQueueError, MessageNotInFlight, QueueClosed
+from ..errors import DiskQueueError, MessageNotInFlight, QueueClosed, QueueEmpty
 from ..queue import DiskQueue
 from .clock import Clock
 from .codec import IdGenerator
@@ -84,7 +84,7 @@ class Dispatch:
             elif not self._pump.paused:
                 try:
                     payload = self._data.get_nowait()
-                except DiskQueueError:  # QueueEmpty: nothing read ahead yet
+                except QueueEmpty:  # nothing read ahead yet (damage or a close raises)
                     if behind and not self._data.qsize():
                         e = behind.popleft()
                         if e.state is not ENTRY_READY:
@@ -126,12 +126,18 @@ class Dispatch:
                 out.append(m)
                 continue
             room = min(limit - len(out), self._max_in_flight - len(in_flight))
-            if room <= 0 or not engine.ready:
+            if room <= 0:
                 break
-            try:
-                payloads = [engine.take()]  # raises as get_nowait() does: nothing taken
-            except DiskQueueError:
+            if not engine.ready:
+                if not out:
+                    # Nothing read ahead: what get_nowait() would raise is raised (strict
+                    # reading stopped at damage, a closed data queue), else nothing comes.
+                    m = self._try_take(timeout)
+                    if m is not None:
+                        out.append(m)
+                        continue
                 break
+            payloads = [engine.take()]  # a message is ready: raises nothing
             if room > 1:
                 engine.take_more(payloads, room - 1)
             self._deliver_taken(payloads, timeout, out)

@@ -313,6 +313,13 @@ class Pump:
         finally:
             if timer is not None:
                 timer.cancel()
+        t = self._fetch_task
+        if t is not None and t.done():
+            self._fetch_task = None
+            if not t.cancelled() and t.exception() is not None:
+                # The data queue refused to deliver (strict reading stopped at damage):
+                # the getters take again and raise what its get_nowait() raises.
+                q._wake_getters(len(q._getters))
 
     async def _fetch(self) -> None:
         q = self._q
