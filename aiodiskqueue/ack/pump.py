@@ -75,7 +75,9 @@ class Pump:
         self._fetch_task: asyncio.Task[None] | None = None
         self._ops = 0
         self._commit_at = 0.0
-        self._dead_dirty = False
+        # Entries put into the dead-letter queue, not yet logged as done: they are once
+        # that queue is synced (see _dead_letter).
+        self._dead_put: list[Entry] = []
         self._sync_waiters: list[asyncio.Future[None]] = []  # need a commit
         self._log_waiters: list[asyncio.Future[None]] = []  # need the log fsynced
         self._purge_waiters: list[asyncio.Future[None]] = []
@@ -244,7 +246,7 @@ class Pump:
             while q._is_open():
                 if self._purge_waiters:
                     await self._purge()
-                elif self.dead:
+                elif self.dead or self._dead_put:
                     await self._dead_letter()
                 elif self._commit_due():
                     await self._commit()
@@ -450,9 +452,6 @@ class Pump:
             q._journal.head(head_record(q._fetch_seq, q._fetch_seq, st.read_file_num,
                                         st.read_pos, q._journal.next_key))
             await self.hop(True)
-            if self._dead_dirty and q._dead_q is not None:
-                self._dead_dirty = False
-                await q._dead_q.sync()
             await q._data.sync()
             self.commits += 1
         finally:
@@ -481,29 +480,49 @@ class Pump:
             _settle(waiters, None)
 
     async def _dead_letter(self) -> None:
+        """Put the entries out of attempts into the dead-letter queue, make them durable
+        there, and only then log them as done.
+
+        The ``D`` record may become durable at any write of the log (a commit fsyncs it,
+        so do a segment roll and a compaction): written before the dead letter is
+        durable, a power cut in between would lose the message from both queues.
+        """
         q = self._q
+        dead_q = q._dead_q
+        assert dead_q is not None
         batch, self.dead = self.dead, []
-        assert q._dead_q is not None
-        payloads = [nsq.encode(e.timestamp, e.attempts, e.msg_id, e.body or b"")
-                    if q._nsq else (e.body or b"") for e in batch]
-        try:
-            await q._dead_q.put_many(payloads)
-        except DiskQueueError as exc:
-            log.error("%s: dead-lettering %d message(s) failed: %s", q.name, len(batch), exc)
-            self.dead[:0] = batch
-            await asyncio.sleep(min(1.0, q._sync_interval))
-            return
-        for e in batch:
+        if batch:
+            payloads = [nsq.encode(e.timestamp, e.attempts, e.msg_id, e.body or b"")
+                        if q._nsq else (e.body or b"") for e in batch]
+            try:
+                await dead_q.put_many(payloads)
+            except DiskQueueError as exc:
+                log.error("%s: dead-lettering %d message(s) failed: %s", q.name, len(batch),
+                          exc)
+                self.dead[:0] = batch
+                await asyncio.sleep(min(1.0, q._sync_interval))
+                return
+            self._dead_put.extend(batch)
+            q._dead_lettered += len(batch)  # in the dead-letter queue, for its consumers
+        if q._sync_every != 1:  # with sync_every=1 the put returned once fsynced
+            try:
+                await dead_q.sync()
+            except DiskQueueError as exc:
+                # Put but maybe not durable: the next round syncs again, never puts again.
+                log.error("%s: syncing %d dead letter(s) failed: %s", q.name,
+                          len(self._dead_put), exc)
+                await asyncio.sleep(min(1.0, q._sync_interval))
+                return
+        put, self._dead_put = self._dead_put, []
+        for e in put:
             q._journal.done(e)
             self.count_op()
-        q._dead_lettered += len(batch)
-        self._dead_dirty = True
 
     async def _finish_close(self) -> None:
         q = self._q
         q._set_closing()
         try:
-            if self.dead:
+            if self.dead or self._dead_put:
                 await self._dead_letter()
             await self.commit_now()
         except BaseException as exc:
