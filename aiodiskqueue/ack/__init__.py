@@ -18,7 +18,9 @@ Three stores, all in the queue's directory:
 * the ack log ``NAME.ack.%06d.log`` (:mod:`.log`, :mod:`.journal`):
   every message taken out of the data queue or put with a delay, with its due
   time and attempts, and a ``D`` record once it is finished or dead-lettered;
-* the dead-letter queue ``NAME.dead`` (a DiskQueue), when ``max_attempts > 0``.
+* the dead-letter queue, when ``max_attempts > 0``: the DiskQueue ``NAME`` in the
+  subdirectory ``NAME.dead-letters`` (a queue of the earlier layout, ``NAME.dead``
+  beside the data queue, is moved there on open: :mod:`.files`).
 
 The crash window that matters is between taking a message out of the data
 queue and recording it in the log: the data queue must never store a read
@@ -40,6 +42,11 @@ finish, a requeue's due time, a delivery's attempt) survives it even before
 the next commit. With ``sync_every=1`` a finish, requeue or deferred put waits
 only for the log's fsync; a put of a ready message waits for a commit (the data
 queue's fsync).
+
+A message out of attempts is put into the dead-letter queue and that queue synced
+before its ``D`` record is appended to the log: any write of the log may make the
+record durable (a segment roll fsyncs it), so a power cut never finds the message
+logged as done and missing from the dead-letter queue.
 
 A message taken and finished before its ``E`` record was written never has its
 body written twice: its ``D`` record carries the ``fetch_seq`` instead. The

@@ -12,7 +12,7 @@ from .journal import Entry
 if TYPE_CHECKING:
     from .dispatch import Dispatch
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 
 class DeliveryState(enum.Enum):

@@ -5,7 +5,7 @@ A *hop* writes the journal's pending records to the log on its I/O thread (and r
 back the bodies of due entries); a *log sync* is a hop with an fsync; a *commit* stops
 taking messages, writes a head record with the data queue's read position, fsyncs the
 log and then syncs the data queue (see the package's design notes in
-:mod:`aiodiskqueue.ack.queue`).
+:mod:`aiodiskqueue.ack`).
 
 Records that nothing waits for (a delivery's, a finish's) *linger* before their hop:
 it is sent once :data:`LINGER_RECORDS` are pending or the oldest has waited
@@ -39,7 +39,7 @@ from .log import AckLog, Recovered
 if TYPE_CHECKING:
     from .queue import AckQueue
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 #: Seconds the oldest record nothing waits for may linger before a hop writes it ...
 LINGER = 0.002
@@ -416,7 +416,7 @@ class Pump:
 
     async def _durable_step(self, step: Coroutine[Any, Any, None],
                             waiters: list[asyncio.Future[None]], what: str = "") -> None:
-        """Run a log sync or commit, then settle its waiters and the held requeues.
+        """Run a log sync or commit, then complete its waiters and release the held requeues.
 
         On success, requeued entries held for it become due; on failure they stay
         held for the next step and every waiter gets the error.
@@ -428,12 +428,12 @@ class Pump:
             if what:
                 log.error("%s: %s failed: %s", self._q.name, what, exc)
             self._held[:0] = held
-            _settle(waiters, exc)
+            _complete(waiters, exc)
             return
         for e, ver in held:
             if e.ver == ver:  # not purged or otherwise moved on meanwhile
                 self._q._make_due(e, e.after)
-        _settle(waiters, None)
+        _complete(waiters, None)
 
     async def commit_now(self, resume: bool = True) -> None:
         """Stop taking, write and fsync the log with a head record, then sync the data queue.
@@ -475,9 +475,9 @@ class Pump:
         except (DiskQueueError, OSError) as exc:
             self.paused = False
             q._wake_getters(len(q._getters))
-            _settle(waiters, exc)
+            _complete(waiters, exc)
         else:
-            _settle(waiters, None)
+            _complete(waiters, None)
 
     async def _dead_letter(self) -> None:
         """Put the entries out of attempts into the dead-letter queue, make them durable
@@ -545,7 +545,7 @@ class Pump:
         await self.close_stores()
 
 
-def _settle(waiters: list[asyncio.Future[None]], exc: BaseException | None) -> None:
+def _complete(waiters: list[asyncio.Future[None]], exc: BaseException | None) -> None:
     """Complete every waiter that is still waiting: with ``exc``, or with success."""
     for w in waiters:
         if not w.done():

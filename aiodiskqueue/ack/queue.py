@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import warnings
 from collections import deque
@@ -29,7 +28,6 @@ from .pump import Pump
 
 __all__ = ["AckQueue", "AckStatistics", "Message"]
 
-log = logging.getLogger("aiodiskqueue")
 
 _NO_SYNC_EVERY = 2**62  # the data queue stores its position only in our commits
 _NO_SYNC_INTERVAL = 1e9
