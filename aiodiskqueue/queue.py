@@ -327,5 +327,36 @@ class DiskQueue:
         """A frozen snapshot of positions, depth and counters."""
         return self._e.statistics()
 
+    # ------------------------------------------------------------------ the ack layer's API
+    # An AckQueue (aiodiskqueue.ack) runs a DiskQueue as its data queue and takes messages
+    # in batches, gives back those it could not deliver, and stores the meta only in its
+    # own commits. These methods are for it alone: not public, no compatibility promise.
+
+    def _n_ready(self) -> int:
+        """Messages read ahead into memory: that many ``get_nowait()`` calls succeed."""
+        return len(self._e.ready)
+
+    def _take_more(self, out: list[bytes], max_items: int) -> None:
+        """Append up to ``max_items`` more ready messages to ``out``, with the bookkeeping
+        of that many ``get_nowait()`` calls in one step.
+
+        ``out`` holds only messages taken in the same step (the first by
+        ``get_nowait()``), not yet handed to anyone else.
+        """
+        self._e.take_more(out, max_items)
+
+    def _untake(self, payloads: list[bytes]) -> None:
+        """Give back the last ``payloads`` taken, in order, with nothing taken since: the
+        next ``get_nowait()`` returns the first of them again."""
+        self._e.untake(payloads)
+
+    def _hold_meta(self) -> None:
+        """Close without storing a meta file: the one on disk stays as it is.
+
+        For a layer that keeps its own record of what was taken and could not store it
+        (a meta past those records would lose them on the next open).
+        """
+        self._e.hold_meta()
+
 
 __all__ = ["DiskQueue", "DiskQueueError"]

@@ -778,7 +778,7 @@ async def _all_read_ahead(*queues: AckQueue) -> None:
     """Wait until every message of each data queue is in its read-ahead, every body due
     again is back from the ack log and no commit holds the data queue."""
     for _ in range(2000):
-        if all(q._data.qsize() == len(q._data._e.ready) and not q._need_load
+        if all(q._data.qsize() == q._data._n_ready() and not q._need_load
                and not q._pump.paused
                and all(e.state is not EntryState.LOADING for e in q._journal.entries.values())
                for q in queues):

@@ -117,7 +117,7 @@ class Dispatch:
         self._check_open()
         out: list[Message] = []
         in_flight = self._inflight.messages
-        engine = self._data._e
+        data = self._data
         while len(out) < limit:
             if self._behind or self._ready or self._pump.paused:
                 m = self._try_take(timeout)
@@ -128,7 +128,7 @@ class Dispatch:
             room = min(limit - len(out), self._max_in_flight - len(in_flight))
             if room <= 0:
                 break
-            if not engine.ready:
+            if not data._n_ready():
                 if not out:
                     # Nothing read ahead: what get_nowait() would raise is raised (strict
                     # reading stopped at damage, a closed data queue), else nothing comes.
@@ -137,9 +137,9 @@ class Dispatch:
                         out.append(m)
                         continue
                 break
-            payloads = [engine.take()]  # a message is ready: raises nothing
+            payloads = [data.get_nowait()]  # a message is ready: raises nothing
             if room > 1:
-                engine.take_more(payloads, room - 1)
+                data._take_more(payloads, room - 1)
             self._deliver_taken(payloads, timeout, out)
         return out
 
@@ -177,7 +177,7 @@ class Dispatch:
             # A payload the codec refuses (the data queue's reads refuse one too short for
             # the nsq layout first, so this guards the rest): lost, as with get_nowait(),
             # while those after it go back to the read-ahead.
-            self._data._e.untake(payloads[seq - start:])
+            self._data._untake(payloads[seq - start:])
             raise
         finally:  # what was delivered is in flight whatever happened after it
             self._fetch_seq = seq

@@ -533,7 +533,7 @@ class Pump:
             # The data queue may have handed out records the log does not hold yet: a
             # meta stored past them would lose them. Keep the one on disk; the next open
             # recovers every record after it and the log says which were finished.
-            q._data._e.hold_meta()
+            q._data._hold_meta()
         q._inflight.stop()
         q._set_closed()
         err = q._closed_error()
