@@ -612,7 +612,7 @@ async def test_data_queue_position_moves_only_in_commits(make_ack: MakeAck,
     msgs = [await get(q) for _ in range(30)]
     for m in msgs:
         await m.finish()
-    while q.statistics().log_bytes == 0 or q._journal.pending:  # let the log catch up
+    while q.statistics().log_bytes == 0 or q._dispatcher.journal.pending:  # the log catches up
         await asyncio.sleep(0)
     assert data_meta_read(tmp_path) == before
     await q.sync()
@@ -621,7 +621,7 @@ async def test_data_queue_position_moves_only_in_commits(make_ack: MakeAck,
 
 async def wait_log_written(q: AckQueue) -> None:
     """Poll until the log holds every record appended so far (no commit)."""
-    fut = q._journal.wait_written()
+    fut = q._dispatcher.journal.wait_written()
     q._pump.kick()
     await asyncio.wait_for(fut, 10)
 
@@ -696,7 +696,7 @@ async def test_touch_many_times_keeps_the_heap_small(make_ack: MakeAck,
     for _ in range(5000):
         clock.advance(1.0)
         await m.touch()
-    assert len(q._inflight._deadlines) <= 2 * 1 + 1024 + 1
+    assert len(q._dispatcher.inflight._deadlines) <= 2 * 1 + 1024 + 1
     clock.advance(9.999)
     assert m.in_flight
     clock.advance(0.001)
@@ -717,8 +717,9 @@ async def test_crash_between_log_fsync_and_data_sync(make_ack: MakeAck, tmp_path
     before = data_meta_read(tmp_path)
     # The first steps of a commit, as _commit_now does them, without the data queue's sync.
     st = q.statistics().queue
-    q._journal.head(head_record(q._fetch_seq, q._fetch_seq, st.read_file_num, st.read_pos,
-                                q._journal.next_key))
+    d = q._dispatcher
+    d.journal.head(head_record(d.fetch_seq, d.fetch_seq, st.read_file_num, st.read_pos,
+                               d.journal.next_key))
     await q._pump.hop(True)
     snap = tmp_path / "snap"
     snap.mkdir()
@@ -778,9 +779,10 @@ async def _all_read_ahead(*queues: AckQueue) -> None:
     """Wait until every message of each data queue is in its read-ahead, every body due
     again is back from the ack log and no commit holds the data queue."""
     for _ in range(2000):
-        if all(q._data.qsize() == q._data._n_ready() and not q._need_load
+        if all(q._data.qsize() == q._data._n_ready() and not q._pump.n_loading()
                and not q._pump.paused
-               and all(e.state is not EntryState.LOADING for e in q._journal.entries.values())
+               and all(e.state is not EntryState.LOADING
+                       for e in q._dispatcher.journal.entries.values())
                for q in queues):
             return
         await asyncio.sleep(0.001)
