@@ -3,14 +3,22 @@
 In-flight messages with finish / requeue / touch, per-message deadlines, attempts and a
 dead-letter queue, durable across a crash through an append-only ack log.
 
-Modules: :mod:`.queue` (the facade), :mod:`.message` (one delivery), :mod:`.pump` (the
-background task: hops, log syncs, commits), :mod:`.inflight` (deadlines and the timer),
+Modules: :mod:`.queue` (the facade), :mod:`.dispatch` (the delivery state and its
+rules), :mod:`.message` (one delivery), :mod:`.pump` (the background task: hops, log
+syncs, commits, dead letters), :mod:`.inflight` (deadlines and the timer),
 :mod:`.journal` (entries and what the log must hold), :mod:`.log` (the log's files),
-:mod:`.codec` (its records), :mod:`.clock`, :mod:`.heap`, :mod:`.options`.
+:mod:`.codec` (its records), :mod:`.files` (the queue's files on disk), :mod:`.export`
+(handing messages back to nsqd), :mod:`.clock`, :mod:`.heap`, :mod:`.options`.
+
+The facade composes one :class:`~.dispatch.Dispatcher` (the only owner of the delivery
+state) and one :class:`~.pump.Pump` (the only owner of the files). A message ends its
+delivery through :class:`~.message.DeliveryOwner`, the pump calls the delivery state
+back through :class:`~.pump.PumpHost`, and the data queue offers the pump and the
+delivery state a small internal API (``DiskQueue._take_more`` and its neighbours).
 
 Design
 ------
-Three stores, all in the queue's directory:
+Three stores, all under the queue's directory:
 
 * the data queue ``NAME`` (a :class:`~aiodiskqueue.DiskQueue`): messages put
   without a delay, in FIFO order; in ``format="nsq"`` each payload is nsqd's
