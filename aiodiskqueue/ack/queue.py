@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, final
 
-from .._core.options import DEFAULTS
+from .._core.options import DEFAULTS, check_max_items
 from .._format import nsq
 from .._format.layout import dead_letter_layout
 from ..errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
@@ -29,11 +29,6 @@ __all__ = ["AckQueue", "AckStatistics", "Message"]
 
 _NO_SYNC_EVERY = 2**62  # the data queue stores its position only in our commits
 _NO_SYNC_INTERVAL = 1e9
-
-
-def _check_max_items(max_items: object) -> None:
-    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
-        raise ValueError(f"max_items must be an int >= 1, got {max_items!r}")
 
 
 @final
@@ -90,16 +85,13 @@ class AckQueue:
         spin_us: int = DEFAULTS.spin_us,
         inline_writes: bool = DEFAULTS.inline_writes,
     ) -> None:
+        # Every keyword parameter but clock is a field of AckOptions or Options
+        # (tests/test_options_one_definition.py keeps them equal): checked there, and
+        # the data and dead-letter queues' options derived from them.
+        options = {k: v for k, v in locals().items() if k in AckOptions.NAMES}
         self._name = name
         self._directory = os.fspath(directory)
-        o = AckOptions.check(
-            msg_timeout=msg_timeout, max_msg_timeout=max_msg_timeout, max_delay=max_delay,
-            max_in_flight=max_in_flight, max_attempts=max_attempts, format=format,
-            log_segment_bytes=log_segment_bytes, max_bytes_per_file=max_bytes_per_file,
-            min_msg_size=min_msg_size, max_msg_size=max_msg_size, sync_every=sync_every,
-            sync_interval=sync_interval, maxsize=maxsize, read_buffer_bytes=read_buffer_bytes,
-            write_buffer_bytes=write_buffer_bytes, strict=strict, spin_us=spin_us,
-            inline_writes=inline_writes)
+        o = AckOptions.from_keywords("AckQueue", options)
         self._msg_timeout = o.msg_timeout
         self._max_msg_timeout = o.max_msg_timeout
         self._nsq = o.nsq
@@ -107,19 +99,15 @@ class AckQueue:
         self._sync_every = o.core.sync_every
         self._min_size = o.min_size
         self._max_size = o.core.max_msg_size
-        common: dict[str, Any] = {"max_bytes_per_file": max_bytes_per_file,
-                                  "min_msg_size": self._min_size, "max_msg_size": max_msg_size,
-                                  "read_buffer_bytes": read_buffer_bytes,
-                                  "write_buffer_bytes": write_buffer_bytes,
-                                  "strict": strict, "spin_us": spin_us,
-                                  "inline_writes": inline_writes}
-        self._data = DiskQueue(directory, name, sync_every=_NO_SYNC_EVERY,
-                               sync_interval=_NO_SYNC_INTERVAL, maxsize=maxsize, **common)
+        # The data queue stores its position only in commits; the dead-letter queue syncs
+        # as configured, unbounded.
+        self._data = DiskQueue._with_options(directory, name, o.data_options(
+            sync_every=_NO_SYNC_EVERY, sync_interval=_NO_SYNC_INTERVAL))
         self._dead_q: DiskQueue | None = None
         if o.max_attempts:
             dead = dead_letter_layout(self._directory, name)
-            self._dead_q = DiskQueue(dead.directory, dead.name, sync_every=sync_every,
-                                     sync_interval=sync_interval, **common)
+            self._dead_q = DiskQueue._with_options(dead.directory, dead.name,
+                                                   o.data_options(maxsize=0))
         self._clock_arg = clock
         self._ids = IdGenerator()
         self._pump = Pump(PumpConfig(name=name, directory=self._directory,
@@ -316,9 +304,10 @@ class AckQueue:
                        ) -> list[Message]:
         """Deliver between 1 and ``max_items`` messages, waiting for the first one only.
 
-        Raises ValueError if ``max_items < 1``, otherwise as :meth:`get`.
+        Raises TypeError or ValueError unless ``max_items`` is an int >= 1, otherwise as
+        :meth:`get`.
         """
-        _check_max_items(max_items)
+        check_max_items(max_items)
         out = [await self.get(msg_timeout=msg_timeout)]
         if max_items > 1:
             out += self._take_ready(max_items - 1, self._check_timeout(msg_timeout))
@@ -333,10 +322,10 @@ class AckQueue:
         message pump does).
 
         Raises QueueEmpty if none is ready or ``max_in_flight`` is reached,
-        ValueError if ``max_items < 1`` or for a bad ``msg_timeout``, QueueClosed
-        if the queue is not open.
+        TypeError or ValueError unless ``max_items`` is an int >= 1, ValueError for a
+        bad ``msg_timeout``, QueueClosed if the queue is not open.
         """
-        _check_max_items(max_items)
+        check_max_items(max_items)
         out = self._take_ready(max_items, self._check_timeout(msg_timeout))
         if not out:
             raise QueueEmpty()
