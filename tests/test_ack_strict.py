@@ -94,3 +94,59 @@ async def _take_all(q: AckQueue, got: list[bytes]) -> None:
         for m in await asyncio.wait_for(q.get_many(5), 10):
             got.append(m.body)
             await m.finish()
+
+
+async def test_a_getter_waiting_when_strict_reading_stops_raises(tmp_path: Path) -> None:
+    # The read-ahead holds at most 4 KiB: the damage is found by a later read, while the
+    # consumer may already wait for the next message (the pump waits on the data queue
+    # for it): the waiting get() raises then.
+    bodies = [b"m%04d" % i for i in range(2000)]  # 9-byte records
+    async with AckQueue(tmp_path, "jobs") as q:
+        await q.put_many(bodies)
+    seg = tmp_path / seg_name("jobs", 0)
+    data = bytearray(seg.read_bytes())
+    bad = 1500 * 9
+    data[bad:bad + 4] = (0x7FFFFFFF).to_bytes(4, "big")
+    seg.write_bytes(bytes(data))
+    got: list[bytes] = []
+    async with AckQueue(tmp_path, "jobs", strict=True, read_buffer_bytes=4096,
+                        max_in_flight=10_000) as q:
+        with pytest.raises(CorruptionError) as info:
+            await asyncio.wait_for(_take_and_finish(q, got), 10)
+        assert info.value.offset == bad
+    assert got == bodies[:1500]
+
+
+async def _take_and_finish(q: AckQueue, got: list[bytes]) -> None:
+    while True:
+        m = await q.get()
+        got.append(m.body)
+        await m.finish()
+
+
+async def test_a_getter_waiting_for_the_read_ahead_is_woken_by_the_damage(
+    tmp_path: Path,
+) -> None:
+    # The first take after the intact records finds nothing read ahead yet (as if the
+    # read had not reached the damage): the get() waits while the pump waits on the data
+    # queue for it, and that wait ends with the damage, which the getter then raises
+    # (no commit wakes it meanwhile: sync_interval is far).
+    seg = await _write_damaged(tmp_path)
+    async with AckQueue(tmp_path, "jobs", strict=True, sync_interval=3600.0) as q:
+        for _ in BODIES[:2]:
+            await (await asyncio.wait_for(q.get(), 10)).finish()
+        real = q._data.get_nowait
+        calls = 0
+
+        def not_read_ahead_yet() -> bytes:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise QueueEmpty()
+            return real()
+
+        q._data.get_nowait = not_read_ahead_yet  # type: ignore[method-assign]
+        with pytest.raises(CorruptionError) as info:
+            await asyncio.wait_for(q.get(), 10)
+        assert info.value.path == str(seg)
+        assert calls == 2  # woken once, then raised
