@@ -112,3 +112,14 @@ async def test_max_items_is_checked_once_with_one_message(
         with pytest.raises(error) as info:
             aq.get_many_nowait(value)
         assert str(info.value) == message
+
+
+def test_checked_options_open_a_queue_with_the_same_options(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    o = AckOptions.from_keywords("BrokerOptions", {"max_attempts": 2, "sync_every": 7,
+                                                    "msg_timeout": 5})
+    assert AckOptions.from_keywords("again", o.keywords()) == o
+    assert o.msg_timeout == 5.0 and isinstance(o.msg_timeout, float)
+    assert Options.from_keywords("again", o.core.keywords()) == o.core
+    AckQueue(tmp_path, "q", **o.keywords())
+    DiskQueue(tmp_path, "d", **o.core.keywords())

@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 MiB = 1 << 20
 
@@ -128,6 +128,10 @@ class Options:
             raise TypeError(f"{owner}() got an unexpected keyword argument "
                             f"{min(unknown)!r}")
         return cls(**options)  # type: ignore[arg-type]  # each value checked on creation
+
+    def keywords(self) -> dict[str, Any]:
+        """The options as keywords for a queue's constructor (``DiskQueue(d, n, **kw)``)."""
+        return {name: getattr(self, name) for name in sorted(self.NAMES)}
 
 
 Options.NAMES = frozenset(f.name for f in dataclasses.fields(Options))

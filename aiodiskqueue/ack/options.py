@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from .._core.options import (
     DEFAULTS,
@@ -84,6 +84,12 @@ class AckOptions(AckDefaults):
         core = Options.from_keywords(owner, {k: v for k, v in options.items()
                                              if k not in _ACK_NAMES})
         return cls(**ack, core=core)  # type: ignore[arg-type]  # each value checked
+
+    def keywords(self) -> dict[str, Any]:
+        """Every option as keywords for an AckQueue (``AckQueue(d, n, **kw)``): a layer
+        that checks its settings by making an AckOptions opens its queues with these."""
+        own = {name: getattr(self, name) for name in sorted(_ACK_NAMES)}
+        return {**own, **self.core.keywords()}
 
     @property
     def nsq(self) -> bool:
