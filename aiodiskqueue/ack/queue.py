@@ -116,11 +116,12 @@ class AckQueue:
                                      sync_every=o.core.sync_every,
                                      sync_interval=float(o.core.sync_interval), nsq=o.nsq),
                           self._data, self._dead_q)
-        self._dispatcher = d = Dispatcher(name, self._data, self._pump, self._ids, nsq=o.nsq,
-                                      max_in_flight=o.max_in_flight,
-                                      max_attempts=o.max_attempts, max_delay=o.max_delay,
-                                      max_msg_timeout=o.max_msg_timeout,
-                                      sync_every=o.core.sync_every)
+        self._dispatcher = d = Dispatcher(name, self._data, self._pump, self._ids,
+                                          nsq=o.nsq, max_in_flight=o.max_in_flight,
+                                          max_attempts=o.max_attempts,
+                                          max_delay=o.max_delay,
+                                          max_msg_timeout=o.max_msg_timeout,
+                                          sync_every=o.core.sync_every)
         # Bound once: the per-message paths call them without a lookup through _dispatcher.
         self._try_take = d.try_take
         self._take_ready = d.take_ready
