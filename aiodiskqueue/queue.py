@@ -12,7 +12,14 @@ from typing import Any, final
 from ._core.buffers import QUEUE_OPEN, Lifecycle
 from ._core.engine import Engine
 from ._core.inline import write_one
-from ._core.options import DEFAULTS, Options, Statistics, as_bytes, check_name
+from ._core.options import (
+    DEFAULTS,
+    Options,
+    Statistics,
+    as_bytes,
+    check_max_items,
+    check_name,
+)
 from ._format.layout import Layout
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
 
@@ -35,6 +42,9 @@ class DiskQueue:
     ``statistics().bad_files``); with ``strict=True`` nothing is changed and
     opening or reading raises CorruptionError instead.
 
+    Options are keyword-only: the fields of ``Options`` (``aiodiskqueue._core.options``,
+    the one definition of each, its default and its check), with their defaults.
+
     Raises TypeError or ValueError at construction for a bad option.
     """
 
@@ -55,19 +65,12 @@ class DiskQueue:
         spin_us: int = DEFAULTS.spin_us,
         inline_writes: bool = DEFAULTS.inline_writes,
     ) -> None:
-        opts = Options(
-            max_bytes_per_file=max_bytes_per_file,
-            min_msg_size=min_msg_size,
-            max_msg_size=max_msg_size,
-            sync_every=sync_every,
-            sync_interval=sync_interval,
-            maxsize=maxsize,
-            read_buffer_bytes=read_buffer_bytes,
-            write_buffer_bytes=write_buffer_bytes,
-            strict=strict,
-            spin_us=spin_us,
-            inline_writes=inline_writes,
-        )
+        # Every keyword parameter is a field of Options (tests/test_options_one_definition.py
+        # keeps the two equal): the names are not written out a second time.
+        options = {k: v for k, v in locals().items() if k in Options.NAMES}
+        self._setup(directory, name, Options.from_keywords("DiskQueue", options))
+
+    def _setup(self, directory: str | os.PathLike[str], name: str, opts: Options) -> None:
         self._layout = Layout(os.fspath(directory), check_name(name))
         self._e = Engine(self._layout, opts)
         self._closing: asyncio.Task[None] | None = None
@@ -240,10 +243,10 @@ class DiskQueue:
     async def get_many(self, max_items: int) -> list[bytes]:
         """Return between 1 and ``max_items`` messages, waiting for the first one.
 
-        Raises ValueError if ``max_items < 1``, QueueClosed as ``get()`` does.
+        Raises TypeError or ValueError unless ``max_items`` is an int >= 1, QueueClosed
+        as ``get()`` does.
         """
-        if max_items < 1:
-            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        check_max_items(max_items)
         out = [await self.get()]
         if max_items > 1:
             self._e.take_more(out, max_items - 1)
@@ -326,6 +329,45 @@ class DiskQueue:
     def statistics(self) -> Statistics:
         """A frozen snapshot of positions, depth and counters."""
         return self._e.statistics()
+
+    # ------------------------------------------------------------------ the ack layer's API
+    # An AckQueue (aiodiskqueue.ack) runs a DiskQueue as its data queue and takes messages
+    # in batches, gives back those it could not deliver, and stores the meta only in its
+    # own commits. These methods are for it alone: not public, no compatibility promise.
+
+    @classmethod
+    def _with_options(cls, directory: str | os.PathLike[str], name: str,
+                      opts: Options) -> DiskQueue:
+        """A queue made with options already checked (derived from the AckQueue's own)."""
+        q = cls.__new__(cls)
+        q._setup(directory, name, opts)
+        return q
+
+    def _n_ready(self) -> int:
+        """Messages read ahead into memory: that many ``get_nowait()`` calls succeed."""
+        return len(self._e.ready)
+
+    def _take_more(self, out: list[bytes], max_items: int) -> None:
+        """Append up to ``max_items`` more ready messages to ``out``, with the bookkeeping
+        of that many ``get_nowait()`` calls in one step.
+
+        ``out`` holds only messages taken in the same step (the first by
+        ``get_nowait()``), not yet handed to anyone else.
+        """
+        self._e.take_more(out, max_items)
+
+    def _untake(self, payloads: list[bytes]) -> None:
+        """Give back the last ``payloads`` taken, in order, with nothing taken since: the
+        next ``get_nowait()`` returns the first of them again."""
+        self._e.untake(payloads)
+
+    def _hold_meta(self) -> None:
+        """Close without storing a meta file: the one on disk stays as it is.
+
+        For a layer that keeps its own record of what was taken and could not store it
+        (a meta past those records would lose them on the next open).
+        """
+        self._e.hold_meta()
 
 
 __all__ = ["DiskQueue", "DiskQueueError"]

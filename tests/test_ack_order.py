@@ -93,7 +93,7 @@ async def test_deferred_message_goes_behind_what_is_queued_when_due(
     # Its body is read back from the log first; wait for that (a message
     # published while it is being read may come first).
     for _ in range(1000):
-        if q._behind:
+        if q._dispatcher._behind:
             break
         await asyncio.sleep(0.01)
     await q.put(b"z")

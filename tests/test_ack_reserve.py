@@ -111,7 +111,7 @@ def test_on_a_full_disk_the_last_half_of_the_reserve_is_kept_for_a_commit(
 
 def test_the_reserve_is_a_share_of_a_data_segment_within_bounds() -> None:
     def reserve(**kw: object) -> int:
-        return AckQueue("/nonexistent", "q", **kw)._log_reserve_bytes  # type: ignore[arg-type]
+        return AckQueue("/nonexistent", "q", **kw)._pump.config.reserve_bytes  # type: ignore[arg-type]
 
     assert reserve() == 100 * 2**20 // 32
     assert reserve(max_bytes_per_file=64 * 1024) == 64 * 1024

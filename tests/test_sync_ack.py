@@ -121,7 +121,7 @@ def test_close_wakes_blocked_getters(tmp_path: Path) -> None:
     threads = [threading.Thread(target=getter) for _ in range(4)]
     for t in threads:
         t.start()
-    while q._peek(lambda: len(q.queue._getters)) < 4:
+    while q._peek(lambda: q.queue._dispatcher.n_getters()) < 4:
         threading.Event().wait(0.002)
     q.close()
     for t in threads:

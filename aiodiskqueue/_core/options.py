@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, ClassVar, Final
 
 MiB = 1 << 20
 
@@ -53,6 +55,14 @@ def as_bytes(item: object) -> bytes:
     raise TypeError(f"a message must be bytes, bytearray or memoryview, got {type(item).__name__}")
 
 
+def check_max_items(value: object) -> int:
+    """``max_items`` of a ``get_many`` call: an int >= 1.
+
+    Raises TypeError or ValueError naming the bad value.
+    """
+    return integer("max_items", value, 1)
+
+
 def check_name(name: object) -> str:
     """Validate a queue name: a non-empty string usable as a file name prefix.
 
@@ -67,7 +77,13 @@ def check_name(name: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """Options shared by every queue; see the README's options table."""
+    """Options shared by every queue, with their defaults, checked when made; see the
+    README's options table. The one definition of each: the queues' keyword
+    parameters are its fields (a test keeps them equal), the checks are here, and an
+    AckQueue's data and dead-letter queues get theirs derived from it."""
+
+    NAMES: ClassVar[frozenset[str]]
+    """The option names: the fields."""
 
     max_bytes_per_file: int = 100 * MiB
     min_msg_size: int = 0
@@ -99,6 +115,26 @@ class Options:
         for flag in ("strict", "inline_writes"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
+
+    @classmethod
+    def from_keywords(cls, owner: str, options: Mapping[str, object]) -> Options:
+        """The options given as keywords to ``owner`` (a class name), defaults for the rest.
+
+        Raises TypeError for a name that is no option, TypeError or ValueError naming
+        a bad value.
+        """
+        unknown = options.keys() - cls.NAMES
+        if unknown:
+            raise TypeError(f"{owner}() got an unexpected keyword argument "
+                            f"{min(unknown)!r}")
+        return cls(**options)  # type: ignore[arg-type]  # each value checked on creation
+
+    def keywords(self) -> dict[str, Any]:
+        """The options as keywords for a queue's constructor (``DiskQueue(d, n, **kw)``)."""
+        return {name: getattr(self, name) for name in sorted(self.NAMES)}
+
+
+Options.NAMES = frozenset(f.name for f in dataclasses.fields(Options))
 
 
 DEFAULTS: Final = Options()

@@ -3,14 +3,22 @@
 In-flight messages with finish / requeue / touch, per-message deadlines, attempts and a
 dead-letter queue, durable across a crash through an append-only ack log.
 
-Modules: :mod:`.queue` (the facade), :mod:`.message` (one delivery), :mod:`.pump` (the
-background task: hops, log syncs, commits), :mod:`.inflight` (deadlines and the timer),
+Modules: :mod:`.queue` (the facade), :mod:`.dispatch` (the delivery state and its
+rules), :mod:`.message` (one delivery), :mod:`.pump` (the background task: hops, log
+syncs, commits, dead letters), :mod:`.inflight` (deadlines and the timer),
 :mod:`.journal` (entries and what the log must hold), :mod:`.log` (the log's files),
-:mod:`.codec` (its records), :mod:`.clock`, :mod:`.heap`, :mod:`.options`.
+:mod:`.codec` (its records), :mod:`.files` (the queue's files on disk), :mod:`.export`
+(handing messages back to nsqd), :mod:`.clock`, :mod:`.heap`, :mod:`.options`.
+
+The facade composes one :class:`~.dispatch.Dispatcher` (the only owner of the delivery
+state) and one :class:`~.pump.Pump` (the only owner of the files). A message ends its
+delivery through :class:`~.message.DeliveryOwner`, the pump calls the delivery state
+back through :class:`~.pump.PumpHost`, and the data queue offers the pump and the
+delivery state a small internal API (``DiskQueue._take_more`` and its neighbours).
 
 Design
 ------
-Three stores, all in the queue's directory:
+Three stores, all under the queue's directory:
 
 * the data queue ``NAME`` (a :class:`~aiodiskqueue.DiskQueue`): messages put
   without a delay, in FIFO order; in ``format="nsq"`` each payload is nsqd's
@@ -18,7 +26,9 @@ Three stores, all in the queue's directory:
 * the ack log ``NAME.ack.%06d.log`` (:mod:`.log`, :mod:`.journal`):
   every message taken out of the data queue or put with a delay, with its due
   time and attempts, and a ``D`` record once it is finished or dead-lettered;
-* the dead-letter queue ``NAME.dead`` (a DiskQueue), when ``max_attempts > 0``.
+* the dead-letter queue, when ``max_attempts > 0``: the DiskQueue ``NAME`` in the
+  subdirectory ``NAME.dead-letters`` (a queue of the earlier layout, ``NAME.dead``
+  beside the data queue, is moved there on open: :mod:`.files`).
 
 The crash window that matters is between taking a message out of the data
 queue and recording it in the log: the data queue must never store a read
@@ -40,6 +50,11 @@ finish, a requeue's due time, a delivery's attempt) survives it even before
 the next commit. With ``sync_every=1`` a finish, requeue or deferred put waits
 only for the log's fsync; a put of a ready message waits for a commit (the data
 queue's fsync).
+
+A message out of attempts is put into the dead-letter queue and that queue synced
+before its ``D`` record is appended to the log: any write of the log may make the
+record durable (a segment roll fsyncs it), so a power cut never finds the message
+logged as done and missing from the dead-letter queue.
 
 A message taken and finished before its ``E`` record was written never has its
 body written twice: its ``D`` record carries the ``fetch_seq`` instead. The

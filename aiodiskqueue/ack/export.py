@@ -15,37 +15,31 @@ import os
 from typing import Any
 
 from .._format import nsq
-from .journal import EntryState
-from .pump import LOAD_BATCH
+from .dispatch import Dispatcher
+from .pump import LOAD_BATCH, Pump
 from .queue import AckQueue
 
 
-async def _move_logged(q: AckQueue) -> int:
+async def _move_logged(d: Dispatcher, pump: Pump) -> int:
     """Right after recovery (nothing in flight, nothing taken yet): log entries to the
     data queue."""
-    entries = sorted(q._journal.entries.values(), key=lambda e: e.key)
-    q._inflight.clear_deferred()
-    q._need_load.clear()
+    entries = sorted(d.journal.entries.values(), key=lambda e: e.key)
+    d.forget_waiting()
+    pump.drop_loading()
     moved = 0
     for start in range(0, len(entries), LOAD_BATCH):
         batch = entries[start:start + LOAD_BATCH]
-        for e in batch:
-            if e.body is None:
-                e.state = EntryState.LOADING
-                q._need_load.append(e)
-        while q._need_load:
-            await q._pump.hop(False)  # reads the bodies back from the log
+        await pump.read_bodies([e for e in batch if e.body is None])
         payloads = [nsq.encode(e.timestamp, e.attempts, e.msg_id, e.body)
                     for e in batch if e.body is not None]
         if payloads:
             # On the data queue before the log forgets them: a crash in
             # between delivers them twice, never loses them.
-            await q._data.put_many(payloads)
+            await pump.data.put_many(payloads)
         for e in batch:
-            q._journal.done(e)
+            d.journal.done(e)
         moved += len(payloads)
-    q._ready.clear()
-    q._behind.clear()
+    d.forget_waiting()
     return moved
 
 
@@ -64,9 +58,9 @@ async def hand_back(directory: str | os.PathLike[str], name: str, **options: Any
     q = AckQueue(directory, name, **options)
     moved = 0
 
-    async def move(q: AckQueue) -> None:
+    async def move(d: Dispatcher, pump: Pump) -> None:
         nonlocal moved
-        moved = await _move_logged(q)
+        moved = await _move_logged(d, pump)
 
     await q._start(after_recovery=move)
     await q.aclose()

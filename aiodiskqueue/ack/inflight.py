@@ -14,19 +14,20 @@ from typing import final
 from .clock import Clock, TimerHandle
 from .heap import LazyHeap
 from .journal import ENTRY_DEFERRED, Entry, EntryState
-from .message import DELIVERY_IN_FLIGHT, DeliveryState, Message
+from .message import DELIVERY_IN_FLIGHT, Message
 
 
 @final
 class InFlight:
     """The in-flight messages by key, the deadline and due-time heaps, and the timer.
 
-    ``on_timeout(message)`` is called for each message whose deadline passed (it is
-    already out of :attr:`messages` and marked timed out), ``on_due(entry)`` for each
-    deferred entry whose time has come; both only while ``is_open()``.
+    ``on_timeout(entry)`` is called for the entry of each message whose deadline passed
+    (the message is already out of :attr:`messages` and marked timed out),
+    ``on_due(entry)`` for each deferred entry whose time has come; both only while
+    ``is_open()``.
     """
 
-    def __init__(self, clock: Clock, *, on_timeout: Callable[[Message], None],
+    def __init__(self, clock: Clock, *, on_timeout: Callable[[Entry], None],
                  on_due: Callable[[Entry], None], is_open: Callable[[], bool]) -> None:
         self.messages: dict[int, Message] = {}
         self.n_deferred = 0
@@ -70,11 +71,10 @@ class InFlight:
 
     def touch(self, m: Message, now: float, max_msg_timeout: float) -> None:
         """Move ``m``'s deadline to now + its timeout, capped at delivery + ``max_msg_timeout``."""
-        deadline = min(now + m._timeout, m._delivered_at + max_msg_timeout)
-        if deadline != m._deadline:
-            m._deadline = deadline
-            m._gen += 1
-            self._deadlines.push(deadline, m, m._gen)
+        gen = m._move_deadline(now, max_msg_timeout)
+        if gen is not None:
+            deadline = m.deadline
+            self._deadlines.push(deadline, m, gen)
             self._deadlines.trim(len(self.messages))
             if self._timer_when is None or deadline < self._timer_when:
                 self.arm()
@@ -125,9 +125,10 @@ class InFlight:
             return
         now = self._clock.monotonic()
         for m in self._deadlines.pop_due(now):
-            m._state = DeliveryState.TIMED_OUT
-            del self.messages[m._entry.key]
-            self._on_timeout(m)
+            m._time_out()
+            e = m._entry
+            del self.messages[e.key]
+            self._on_timeout(e)
         for e in self._dues.pop_due(now):
             self.n_deferred -= 1
             self._on_due(e)

@@ -52,7 +52,7 @@ from .codec import (
     rewrite_entry,
 )
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 _MAX_RECORD = 2**31 - 1
 _ATTEMPTS_AT = ENTRY.size + 8  # the nsqd message's attempts field inside an E payload

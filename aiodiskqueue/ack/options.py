@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Literal
 
-from .._core.options import Options, Statistics, as_bytes, integer, number
+from .._core.options import (
+    DEFAULTS,
+    Options,
+    Statistics,
+    as_bytes,
+    integer,
+    number,
+)
 from .._format.nsq import HEADER_SIZE as NSQ_MIN_SIZE
 
 __all__ = ["ACK_DEFAULTS", "AckDefaults", "AckOptions", "AckStatistics", "as_bytes", "integer",
@@ -14,8 +23,10 @@ __all__ = ["ACK_DEFAULTS", "AckDefaults", "AckOptions", "AckStatistics", "as_byt
 
 @dataclass(frozen=True, slots=True)
 class AckDefaults:
-    """The reliable-delivery defaults: nsqd's (60 s message timeout, touch up to 15 min,
-    requeue and deferred-publish delays up to 1 h)."""
+    """The reliable-delivery options and their defaults: nsqd's (60 s message timeout,
+    touch up to 15 min, requeue and deferred-publish delays up to 1 h). The one
+    definition of each: :class:`AckOptions` checks them, the AckQueue's keyword
+    parameters are its fields, the broker reads :data:`ACK_DEFAULTS`."""
 
     msg_timeout: float = 60.0
     max_msg_timeout: float = 15 * 60.0
@@ -28,48 +39,57 @@ class AckDefaults:
 ACK_DEFAULTS: Final = AckDefaults()
 """Every reliable-delivery default: the one place AckQueue and the broker read them."""
 
-@dataclass(frozen=True, slots=True)
-class AckOptions:
-    """The reliable-delivery options; the data queue's own are in ``core``."""
 
-    msg_timeout: float
-    max_msg_timeout: float
-    max_delay: float
-    max_in_flight: int
-    max_attempts: int
-    format: str
-    log_segment_bytes: int
-    core: Options
+@dataclass(frozen=True, slots=True)
+class AckOptions(AckDefaults):
+    """The reliable-delivery options, checked when made; the data queue's own are in
+    ``core``.
+
+    Raises TypeError or ValueError naming a bad value.
+    """
+
+    format: Literal["raw", "nsq"] = "raw"
+    core: Options = DEFAULTS
+    NAMES: ClassVar[frozenset[str]]
+    """Every option name: these fields but ``core``, and the fields of :class:`Options`."""
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__  # frozen: the checked values replace the given ones
+        timeout = number("msg_timeout", self.msg_timeout, positive=True)
+        max_timeout = number("max_msg_timeout", self.max_msg_timeout, positive=True)
+        if max_timeout < timeout:
+            raise ValueError(f"max_msg_timeout must be >= msg_timeout, got "
+                             f"{self.max_msg_timeout} < {self.msg_timeout}")
+        if self.format not in ("raw", "nsq"):
+            raise ValueError(f"format must be 'raw' or 'nsq', got {self.format!r}")
+        if self.format == "nsq" and self.core.max_msg_size < NSQ_MIN_SIZE:
+            raise ValueError(f"max_msg_size must be >= {NSQ_MIN_SIZE} with format='nsq', "
+                             f"got {self.core.max_msg_size}")
+        put(self, "msg_timeout", timeout)
+        put(self, "max_msg_timeout", max_timeout)
+        put(self, "max_delay", number("max_delay", self.max_delay, positive=False))
+        integer("max_in_flight", self.max_in_flight, 1)
+        integer("max_attempts", self.max_attempts, 0, 0xFFFF - 1)
+        integer("log_segment_bytes", self.log_segment_bytes, 4096)
 
     @classmethod
-    def check(cls, *, msg_timeout: object, max_msg_timeout: object, max_delay: object,
-              max_in_flight: object, max_attempts: object, format: object,
-              log_segment_bytes: object, **core: Any) -> AckOptions:
-        """Validate every option at once.
+    def from_keywords(cls, owner: str, options: Mapping[str, object]) -> AckOptions:
+        """The options given as keywords to ``owner``: the reliable-delivery ones here,
+        the rest for the data queue (:meth:`Options.from_keywords`).
 
-        Raises TypeError or ValueError naming the bad value.
+        Raises TypeError for a name that is no option, TypeError or ValueError naming
+        a bad value.
         """
-        timeout = number("msg_timeout", msg_timeout, positive=True)
-        max_timeout = number("max_msg_timeout", max_msg_timeout, positive=True)
-        if max_timeout < timeout:
-            raise ValueError(f"max_msg_timeout must be >= msg_timeout, got {max_msg_timeout} "
-                             f"< {msg_timeout}")
-        if format not in ("raw", "nsq"):
-            raise ValueError(f"format must be 'raw' or 'nsq', got {format!r}")
-        opts = Options(**core)
-        if format == "nsq" and opts.max_msg_size < NSQ_MIN_SIZE:
-            raise ValueError(f"max_msg_size must be >= {NSQ_MIN_SIZE} with format='nsq', "
-                             f"got {opts.max_msg_size}")
-        return cls(
-            msg_timeout=timeout,
-            max_msg_timeout=max_timeout,
-            max_delay=number("max_delay", max_delay, positive=False),
-            max_in_flight=integer("max_in_flight", max_in_flight, 1),
-            max_attempts=integer("max_attempts", max_attempts, 0, 0xFFFF - 1),
-            format=format,
-            log_segment_bytes=integer("log_segment_bytes", log_segment_bytes, 4096),
-            core=opts,
-        )
+        ack = {k: v for k, v in options.items() if k in _ACK_NAMES}
+        core = Options.from_keywords(owner, {k: v for k, v in options.items()
+                                             if k not in _ACK_NAMES})
+        return cls(**ack, core=core)  # type: ignore[arg-type]  # each value checked
+
+    def keywords(self) -> dict[str, Any]:
+        """Every option as keywords for an AckQueue (``AckQueue(d, n, **kw)``): a layer
+        that checks its settings by making an AckOptions opens its queues with these."""
+        own = {name: getattr(self, name) for name in sorted(_ACK_NAMES)}
+        return {**own, **self.core.keywords()}
 
     @property
     def nsq(self) -> bool:
@@ -90,6 +110,16 @@ class AckOptions:
         """Smallest payload: nsqd's 26-byte header at least with ``format="nsq"``."""
         m = self.core.min_msg_size
         return max(m, NSQ_MIN_SIZE) if self.nsq else m
+
+    def data_options(self, **changes: object) -> Options:
+        """The options of the data or dead-letter queue: ``core`` with the payload's
+        minimum size for the format, and ``changes``."""
+        return dataclasses.replace(self.core, min_msg_size=self.min_size,
+                                   **changes)  # type: ignore[arg-type]
+
+
+_ACK_NAMES: Final = frozenset(f.name for f in dataclasses.fields(AckOptions)) - {"core"}
+AckOptions.NAMES = _ACK_NAMES | Options.NAMES
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,47 +1,38 @@
 """The facade of reliable delivery: :class:`AckQueue` (see the package's design notes in
-:mod:`aiodiskqueue.ack`). The delivery rules are :mod:`.dispatch`, the background work
-:mod:`.pump`, the deadlines and the timer :mod:`.inflight`, one delivery :mod:`.message`."""
+:mod:`aiodiskqueue.ack`). It composes the delivery state and rules (:mod:`.dispatch`)
+and the background work (:mod:`.pump`); the deadlines and the timer are
+:mod:`.inflight`, one delivery :mod:`.message`."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import warnings
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, final
 
-from .._core.options import DEFAULTS
+from .._core.options import DEFAULTS, check_max_items
 from .._format import nsq
 from .._format.layout import dead_letter_layout
 from ..errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
 from ..queue import DiskQueue
 from .clock import Clock, LoopClock
 from .codec import IdGenerator
-from .dispatch import Dispatch, QueueState
-from .inflight import InFlight
-from .journal import Entry
+from .dispatch import Dispatcher, QueueState
 from .message import Message
 from .options import ACK_DEFAULTS, AckOptions, AckStatistics, as_bytes, number
-from .pump import Pump
+from .pump import Pump, PumpConfig
 
 __all__ = ["AckQueue", "AckStatistics", "Message"]
 
-log = logging.getLogger("aiodiskqueue")
 
 _NO_SYNC_EVERY = 2**62  # the data queue stores its position only in our commits
 _NO_SYNC_INTERVAL = 1e9
 
 
-def _check_max_items(max_items: object) -> None:
-    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
-        raise ValueError(f"max_items must be an int >= 1, got {max_items!r}")
-
-
 @final
-class AckQueue(Dispatch):
+class AckQueue:
     """A persistent queue with NSQ's at-least-once delivery, kept across a crash.
 
     ``get()`` hands out a :class:`Message` that is *in flight* until it is
@@ -94,59 +85,48 @@ class AckQueue(Dispatch):
         spin_us: int = DEFAULTS.spin_us,
         inline_writes: bool = DEFAULTS.inline_writes,
     ) -> None:
+        # Every keyword parameter but clock is a field of AckOptions or Options
+        # (tests/test_options_one_definition.py keeps them equal): checked there, and
+        # the data and dead-letter queues' options derived from them.
+        options = {k: v for k, v in locals().items() if k in AckOptions.NAMES}
         self._name = name
         self._directory = os.fspath(directory)
-        self._state = QueueState.NEW
-        o = AckOptions.check(
-            msg_timeout=msg_timeout, max_msg_timeout=max_msg_timeout, max_delay=max_delay,
-            max_in_flight=max_in_flight, max_attempts=max_attempts, format=format,
-            log_segment_bytes=log_segment_bytes, max_bytes_per_file=max_bytes_per_file,
-            min_msg_size=min_msg_size, max_msg_size=max_msg_size, sync_every=sync_every,
-            sync_interval=sync_interval, maxsize=maxsize, read_buffer_bytes=read_buffer_bytes,
-            write_buffer_bytes=write_buffer_bytes, strict=strict, spin_us=spin_us,
-            inline_writes=inline_writes)
+        o = AckOptions.from_keywords("AckQueue", options)
         self._msg_timeout = o.msg_timeout
         self._max_msg_timeout = o.max_msg_timeout
-        self._max_delay = o.max_delay
-        self._max_in_flight = o.max_in_flight
-        self._max_attempts = o.max_attempts
         self._nsq = o.nsq
         self._format = o.format
-        self._segment_bytes = o.log_segment_bytes
-        self._log_reserve_bytes = o.log_reserve_bytes
         self._sync_every = o.core.sync_every
-        self._sync_interval = float(o.core.sync_interval)
         self._min_size = o.min_size
         self._max_size = o.core.max_msg_size
-        common: dict[str, Any] = {"max_bytes_per_file": max_bytes_per_file,
-                                  "min_msg_size": self._min_size, "max_msg_size": max_msg_size,
-                                  "read_buffer_bytes": read_buffer_bytes,
-                                  "write_buffer_bytes": write_buffer_bytes,
-                                  "strict": strict, "spin_us": spin_us,
-                                  "inline_writes": inline_writes}
-        self._data = DiskQueue(directory, name, sync_every=_NO_SYNC_EVERY,
-                               sync_interval=_NO_SYNC_INTERVAL, maxsize=maxsize, **common)
+        # The data queue stores its position only in commits; the dead-letter queue syncs
+        # as configured, unbounded.
+        self._data = DiskQueue._with_options(directory, name, o.data_options(
+            sync_every=_NO_SYNC_EVERY, sync_interval=_NO_SYNC_INTERVAL))
         self._dead_q: DiskQueue | None = None
-        if self._max_attempts:
+        if o.max_attempts:
             dead = dead_letter_layout(self._directory, name)
-            self._dead_q = DiskQueue(dead.directory, dead.name, sync_every=sync_every,
-                                     sync_interval=sync_interval, **common)
+            self._dead_q = DiskQueue._with_options(dead.directory, dead.name,
+                                                   o.data_options(maxsize=0))
         self._clock_arg = clock
         self._ids = IdGenerator()
-        self._pump = Pump(self)
-
-        self._ready: deque[Entry] = deque()
-        self._behind: deque[Entry] = deque()
-        """Due again (requeued, timed out, deferred): each behind what was queued then."""
-        self._need_load: deque[Entry] = deque()
-        self._getters: deque[asyncio.Future[None]] = deque()
-        self._fetch_seq = 0
-
-        self._finished = 0
-        self._requeued = 0
-        self._timed_out = 0
-        self._dead_lettered = 0
-        self._delivered = 0
+        self._pump = Pump(PumpConfig(name=name, directory=self._directory,
+                                     segment_bytes=o.log_segment_bytes,
+                                     reserve_bytes=o.log_reserve_bytes,
+                                     sync_every=o.core.sync_every,
+                                     sync_interval=float(o.core.sync_interval), nsq=o.nsq),
+                          self._data, self._dead_q)
+        self._dispatcher = d = Dispatcher(name, self._data, self._pump, self._ids,
+                                          nsq=o.nsq, max_in_flight=o.max_in_flight,
+                                          max_attempts=o.max_attempts,
+                                          max_delay=o.max_delay,
+                                          max_msg_timeout=o.max_msg_timeout,
+                                          sync_every=o.core.sync_every)
+        # Bound once: the per-message paths call them without a lookup through _dispatcher.
+        self._try_take = d.try_take
+        self._take_ready = d.take_ready
+        self._check_delay = d.check_delay
+        self._check_open = d.check_open
 
     # ------------------------------------------------------------------ life cycle
 
@@ -163,7 +143,7 @@ class AckQueue(Dispatch):
         return q
 
     async def __aenter__(self) -> AckQueue:
-        if self._state is QueueState.NEW:
+        if self._dispatcher.state is QueueState.NEW:
             await self._start()
         return self
 
@@ -171,26 +151,26 @@ class AckQueue(Dispatch):
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.aclose()
 
-    async def _start(self, after_recovery: Callable[[AckQueue], Awaitable[None]] | None = None
-                     ) -> None:
+    async def _start(self, after_recovery: Callable[[Dispatcher, Pump], Awaitable[None]]
+                     | None = None) -> None:
         """Open the files and recover; ``after_recovery`` runs before the first commit."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._clock: Clock = self._clock_arg or LoopClock(loop)
-        self._inflight = InFlight(self._clock, on_timeout=self._on_timeout,
-                                  on_due=self._make_due, is_open=self._is_open)
+        d, pump = self._dispatcher, self._pump
         try:
-            self._journal = await self._pump.recover()
-            self._state = QueueState.OPEN
+            journal, fetch_seq = await pump.open(d, loop)
+            d.start(loop, self._clock, journal, fetch_seq)
+            d.open()
             if after_recovery is not None:
-                await after_recovery(self)
-            await self._pump.commit_now()
+                await after_recovery(d, pump)
+            await pump.commit_now()
         except BaseException:
-            self._state = QueueState.CLOSED
-            await self._pump.close_stores()
+            d.closed()
+            await pump.close_stores()
             raise
-        self._inflight.arm()
-        self._pump.start()
+        d.inflight.arm()
+        pump.start()
 
     async def aclose(self) -> None:
         """Write and commit what is pending, close the files; idempotent.
@@ -198,26 +178,30 @@ class AckQueue(Dispatch):
         Messages still in flight stay in the log and are delivered again after
         the next open. Blocked ``get()`` calls raise QueueClosed.
         """
+        d = self._dispatcher
         task = self._pump.task
         if task is None:
-            if self._state is QueueState.NEW:
-                self._state = QueueState.CLOSED
+            if d.state is QueueState.NEW:
+                d.closed()
             return
-        if self._state is QueueState.OPEN:
-            self._state = QueueState.CLOSING
-            self._wake_getters(len(self._getters))
+        if d.state is QueueState.OPEN:
+            d.closing()
+            d.wake_all()
             self._pump.kick()
         await asyncio.shield(task)
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
-        if getattr(self, "_state", None) in (QueueState.OPEN, QueueState.CLOSING):
+        d = getattr(self, "_dispatcher", None)
+        if d is not None and d.state in (QueueState.OPEN, QueueState.CLOSING):
             _warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
     def __repr__(self) -> str:
-        in_flight = len(self._inflight) if hasattr(self, "_inflight") else 0
-        deferred = self._inflight.n_deferred if hasattr(self, "_inflight") else 0
-        return (f"<AckQueue {self._name!r} in {self._directory!r} state={self._state.value} "
-                f"depth={self.qsize() if self._state is QueueState.OPEN else '?'} "
+        d = self._dispatcher
+        started = hasattr(d, "inflight")
+        in_flight = len(d.inflight) if started else 0
+        deferred = d.inflight.n_deferred if started else 0
+        return (f"<AckQueue {self._name!r} in {self._directory!r} state={d.state.value} "
+                f"depth={self.qsize() if d.state is QueueState.OPEN else '?'} "
                 f"in_flight={in_flight} deferred={deferred}>")
 
     # ------------------------------------------------------------------ put
@@ -244,7 +228,7 @@ class AckQueue(Dispatch):
             await self._data.put(payload)
         else:
             self._check_size(data)
-            await self._put_deferred([data], d)
+            await self._dispatcher.put_deferred([data], d)
         self._pump.count_op()
         if self._sync_every == 1:
             # A data record needs the data queue fsynced: a commit. A log entry
@@ -272,7 +256,7 @@ class AckQueue(Dispatch):
                 datas = [nsq.encode(now, 0, self._ids.next(), b) for b in datas]
             await self._data.put_many(datas)
         else:
-            await self._put_deferred(datas, d)
+            await self._dispatcher.put_deferred(datas, d)
         for _ in datas:
             self._pump.count_op()
         if self._sync_every == 1:
@@ -282,19 +266,6 @@ class AckQueue(Dispatch):
         size = len(data) + (nsq.HEADER_SIZE if self._nsq else 0)
         if size < self._min_size or size > self._max_size:
             raise MessageSizeError(size, self._min_size, self._max_size)
-
-    async def _put_deferred(self, datas: list[bytes], d: float) -> None:
-        """Log entries due in ``d`` seconds; returns once written to the OS."""
-        wall = self._clock.time_ns()
-        due = wall + int(d * 1e9)
-        when = self._clock.monotonic() + d
-        for data in datas:
-            e = self._journal.add(0, due, 0, self._ids.next(), wall, data)
-            self._defer(e, when)
-        self._inflight.arm()
-        fut = self._journal.wait_written()
-        self._pump.kick()
-        await fut
 
     # ------------------------------------------------------------------ get
 
@@ -328,29 +299,16 @@ class AckQueue(Dispatch):
             m = self._try_take(timeout)
             if m is not None:
                 return m
-            fut = self._loop.create_future()
-            self._getters.append(fut)
-            self._pump.kick()
-            try:
-                await fut
-            except BaseException:
-                fut.cancel()
-                try:
-                    self._getters.remove(fut)
-                except ValueError:
-                    pass
-                # Woken but leaving: pass the wake-up on so nothing waits in vain.
-                if fut.done() and not fut.cancelled():
-                    self._wake_getters(1)
-                raise
+            await self._dispatcher.wait_for_message()
 
     async def get_many(self, max_items: int, *, msg_timeout: float | None = None
                        ) -> list[Message]:
         """Deliver between 1 and ``max_items`` messages, waiting for the first one only.
 
-        Raises ValueError if ``max_items < 1``, otherwise as :meth:`get`.
+        Raises TypeError or ValueError unless ``max_items`` is an int >= 1, otherwise as
+        :meth:`get`.
         """
-        _check_max_items(max_items)
+        check_max_items(max_items)
         out = [await self.get(msg_timeout=msg_timeout)]
         if max_items > 1:
             out += self._take_ready(max_items - 1, self._check_timeout(msg_timeout))
@@ -365,14 +323,21 @@ class AckQueue(Dispatch):
         message pump does).
 
         Raises QueueEmpty if none is ready or ``max_in_flight`` is reached,
-        ValueError if ``max_items < 1`` or for a bad ``msg_timeout``, QueueClosed
-        if the queue is not open.
+        TypeError or ValueError unless ``max_items`` is an int >= 1, ValueError for a
+        bad ``msg_timeout``, QueueClosed if the queue is not open.
         """
-        _check_max_items(max_items)
+        check_max_items(max_items)
         out = self._take_ready(max_items, self._check_timeout(msg_timeout))
         if not out:
             raise QueueEmpty()
         return out
+
+    def backoff(self, attempts: int) -> float:
+        """The requeue delay of ``async with msg`` after a failure.
+
+        1 s after the first attempt, doubling with each attempt, capped at ``max_delay``.
+        """
+        return self._dispatcher.backoff(attempts)
 
     def _check_timeout(self, msg_timeout: float | None) -> float:
         if msg_timeout is None:
@@ -418,8 +383,7 @@ class AckQueue(Dispatch):
 
     def qsize(self) -> int:
         """Messages ready to deliver: not in flight, not deferred (``len(q)`` too)."""
-        # Entries in _ready are READY until taken (purge clears the deque).
-        return self._data.qsize() + len(self._ready) + len(self._behind) + len(self._need_load)
+        return self._dispatcher.qsize()
 
     def __len__(self) -> int:
         return self.qsize()
@@ -460,17 +424,18 @@ class AckQueue(Dispatch):
 
     def statistics(self) -> AckStatistics:
         """A frozen snapshot of counters and sizes."""
-        j = getattr(self, "_journal", None)
-        inflight = getattr(self, "_inflight", None)
+        d = self._dispatcher
+        j = getattr(d, "journal", None)
+        inflight = getattr(d, "inflight", None)
         return AckStatistics(
             depth=self.qsize(),
             in_flight=len(inflight) if inflight is not None else 0,
             deferred=inflight.n_deferred if inflight is not None else 0,
-            finished=self._finished,
-            requeued=self._requeued,
-            timed_out=self._timed_out,
-            dead_lettered=self._dead_lettered,
-            delivered=self._delivered,
+            finished=d.finished,
+            requeued=d.requeued,
+            timed_out=d.timed_out,
+            dead_lettered=self._pump.dead_lettered,
+            delivered=d.delivered,
             commits=self._pump.commits,
             log_syncs=self._pump.log_syncs,
             log_bytes=j.bytes_on_disk() if j is not None else 0,
