@@ -12,7 +12,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, final
 
-from .._format import nsq
 from ..ack.files import ack_queue_files, remove_ack_queue_files
 from ..ack.queue import AckQueue, Message
 from ..errors import MessageNotInFlight, QueueEmpty
@@ -122,10 +121,6 @@ PER_DELIVERY_TIMEOUT: Final = True
 
 StoreError = MessageNotInFlight
 """Raised by a finish, requeue or touch of a message that is no longer in flight."""
-
-_UNBOUNDED_IN_FLIGHT = 1 << 40
-"""Clients' RDY counts bound what is in flight; the store itself does not."""
-
 
 @final
 class _AckDelivery:
@@ -249,19 +244,7 @@ async def open_store(directory: str | os.PathLike[str], name: str, opts: BrokerO
 
     Raises QueueLocked if another process has it open, DiskQueueError on I/O errors.
     """
-    q = await AckQueue.open(
-        directory, name,
-        msg_timeout=opts.msg_timeout,
-        max_msg_timeout=opts.max_msg_timeout,
-        max_delay=opts.max_req_timeout,
-        max_in_flight=_UNBOUNDED_IN_FLIGHT,
-        max_attempts=opts.max_attempts if dead_letters else 0,
-        format="nsq",
-        max_msg_size=opts.max_msg_size + nsq.HEADER_SIZE,
-        max_bytes_per_file=opts.max_bytes_per_file,
-        sync_every=opts.sync_every,
-        sync_interval=opts.sync_interval,
-    )
+    q = await AckQueue.open(directory, name, **opts.queue_options(dead_letters=dead_letters))
     return AckStore(q)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 
-from .._format import nsq
 from .._format.layout import ack_queue_names
 from ..ack.export import hand_back
 from ._options import BrokerOptions
@@ -32,13 +31,7 @@ async def export_for_nsqd(data_dir: str | os.PathLike[str],
     d = os.fspath(data_dir)
     moved: dict[str, int] = {}
     for name in ack_queue_names(d):
-        moved[name] = await hand_back(
-            d, name,
-            max_msg_size=opts.max_msg_size + nsq.HEADER_SIZE,
-            max_bytes_per_file=opts.max_bytes_per_file,
-            sync_every=opts.sync_every,
-            sync_interval=opts.sync_interval,
-        )
+        moved[name] = await hand_back(d, name, **opts.queue_options(dead_letters=False))
     return moved
 
 

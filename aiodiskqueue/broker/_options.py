@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .._core.options import DEFAULTS, MiB, integer, number
 from .._format import nsq
-from ..ack.options import ACK_DEFAULTS
+from ..ack.options import ACK_DEFAULTS, AckOptions
 from ._compress import snappy_available
 from ._identify import Limits
 
 TLS_VERSIONS = {"tls1.0": "TLSv1", "tls1.1": "TLSv1_1", "tls1.2": "TLSv1_2", "tls1.3": "TLSv1_3"}
 """nsqd's ``--tls-min-version`` values and the :class:`ssl.TLSVersion` each names."""
+UNBOUNDED_IN_FLIGHT = 1 << 40
+"""A channel's AckQueue bound on messages out: none (each client's RDY is the bound)."""
 TLS_REQUIRED_MODES = ("false", "true", "tcp-https")
 """nsqd's ``--tls-required``: no; TCP and HTTP clients; TCP clients only (HTTP stays open)."""
 
@@ -80,6 +83,7 @@ class BrokerOptions:
     def __post_init__(self) -> None:
         self._check_storage()
         self._check_security()
+        self.queue_options()  # what the queues would refuse, refused now
 
     @property
     def tls_enabled(self) -> bool:
@@ -156,6 +160,28 @@ class BrokerOptions:
                 f"{self.heartbeat_interval} > {self.max_heartbeat_interval}"
             )
 
+    def queue_options(self, *, dead_letters: bool = True) -> dict[str, Any]:
+        """The keywords every channel's AckQueue is opened with (``format="nsq"``): the one
+        mapping of the broker's settings onto the queue options, checked by
+        :class:`~aiodiskqueue.ack.options.AckOptions`.
+
+        With ``dead_letters`` the broker's ``max_attempts`` applies; without, attempts
+        are unlimited. Raises TypeError or ValueError naming a bad value.
+        """
+        return AckOptions.from_keywords("BrokerOptions", {
+            "msg_timeout": self.msg_timeout,
+            "max_msg_timeout": self.max_msg_timeout,
+            "max_delay": self.max_req_timeout,
+            "max_in_flight": UNBOUNDED_IN_FLIGHT,
+            "max_attempts": self.max_attempts if dead_letters else 0,
+            "format": "nsq",
+            # A stored message is nsqd's header and the body.
+            "max_msg_size": self.max_msg_size + nsq.HEADER_SIZE,
+            "max_bytes_per_file": self.max_bytes_per_file,
+            "sync_every": self.sync_every,
+            "sync_interval": self.sync_interval,
+        }).keywords()
+
     def limits(self) -> Limits:
         """The IDENTIFY negotiation limits, in milliseconds."""
         return Limits(
@@ -189,4 +215,5 @@ def split_host_port(addr: object, what: str = "a lookupd", *,
     return host, int(port)
 
 
-__all__ = ["TLS_REQUIRED_MODES", "TLS_VERSIONS", "BrokerOptions", "split_host_port"]
+__all__ = ["TLS_REQUIRED_MODES", "TLS_VERSIONS", "UNBOUNDED_IN_FLIGHT", "BrokerOptions",
+           "split_host_port"]
