@@ -136,6 +136,24 @@ def test_batch_plan_min_partitions_splits_one_segment(tmp_path: Path) -> None:
                                            sequential(lay, view_queue(lay, 0, MAX).spans)]
 
 
+def test_each_read_of_one_segment_is_cut_by_its_own_options(tmp_path: Path) -> None:
+    items = [b"%09d" % i + b"x" * 91 for i in range(20_000)]  # 2,080,000 bytes
+    asyncio.run(fill(tmp_path, "big", items, max_bytes_per_file=1 << 30))
+    lay = Layout(str(tmp_path), "big")
+    want = [(n, o) for n, o, _ in sequential(lay, view_queue(lay, 0, MAX).spans)]
+    # One process plans all of them, as one SparkSession's driver would: the cuts of an
+    # earlier read must not decide a later one's.
+    for extra, count in [({}, 1), ({"minPartitions": "8"}, 8),
+                         ({"maxBytesPerPartition": "200000"}, 11),
+                         ({"minPartitions": "3"}, 3), ({"minPartitions": "8"}, 8)]:
+        opts = options(tmp_path, "big", **extra)
+        parts = DiskQueueReader(opts).partitions()
+        assert len(parts) == count, extra
+        rows = rows_of(opts, parts)
+        assert [r[3] for r in rows] == items, extra
+        assert [(r[1], r[2]) for r in rows] == want, extra
+
+
 # ------------------------------------------------------------------ loud on mistakes
 
 

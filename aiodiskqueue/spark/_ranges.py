@@ -6,8 +6,10 @@ the length fields from a known boundary. The driver walks each span it splits
 once (4-byte length fields only, no payload copies) and hands every task the
 exact first boundary of its range, so a task never reads from the start of a
 segment, and the ranges of one span cover it with no gap and no overlap. The
-walk of a span is cached in the driver process, keyed by the file's inode, so a
-second read of the same sealed segments costs nothing.
+cuts of a span are cached in the driver process, keyed by the file (inode and
+modification time) and by everything that decides them (the span, the target
+size, the allowed record sizes), so a second read of the same sealed segments
+with the same options costs nothing, and one with other options cuts anew.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ WALK_CHUNK = 4 << 20
 ADVANCE_CHUNK = 256 << 10  # a trigger's limit is often far less than a segment
 _unpack = struct.Struct(">i").unpack_from
 
-_walks: dict[tuple[str, int, int, int], list[int]] = {}  # (path, inode, start, stop) -> cuts
+# (path, inode, mtime_ns, start, stop, target, min_size, max_size) -> cuts
+_walks: dict[tuple[str, int, int, int, int, int, int, int], list[int]] = {}
 
 
 def walk_boundaries(path: str, start: int, stop: int, every: int,
@@ -105,10 +108,11 @@ def split_span(layout: Layout, span: FileSpan, target: int,
         return [span]
     path = layout.segment_path(span.num)
     try:
-        ino = os.stat(path).st_ino
+        st = os.stat(path)
     except FileNotFoundError:
         return [span]  # the task reports the missing file
-    key = (path, ino, span.start, span.stop)
+    # The modification time tells a segment from a later one that reuses its name and inode.
+    key = (path, st.st_ino, st.st_mtime_ns, span.start, span.stop, target, min_size, max_size)
     cuts = _walks.get(key)
     if cuts is None:
         # A cut at the first boundary past each multiple of ``step``: as many pieces as
