@@ -70,14 +70,17 @@ def test_missing_path_and_unmatched_name_fail_batch_and_stream(spark: SparkSessi
 
 def test_unknown_and_misplaced_options_fail(spark: SparkSession, tmp_path: Path) -> None:
     asyncio.run(fill(tmp_path, "q", [b"x"]))
-    # Spark passes option keys in lower case.
-    with pytest.raises(Exception, match=r"option 'maxrecordpertrigger' is unknown; did you "
+    # Spark passes option keys in lower case; the message spells them as typed.
+    with pytest.raises(Exception, match=r"option 'maxRecordPerTrigger' is unknown; did you "
                                         r"mean 'maxRecordsPerTrigger'\? valid options: path, "):
         (spark.readStream.format("diskqueue").option("path", str(tmp_path)).option("name", "q")
          .option("maxRecordPerTrigger", "10").load())
     with pytest.raises(Exception, match=r"option 'consume' does not apply to a batch read "
                                         r"\(it applies to: streaming read\)"):
         read_df(spark, tmp_path, "q", consume="true").collect()
+    with pytest.raises(Exception, match=r"option 'maxRecordsPerTrigger' does not apply to a "
+                                        r"batch read"):
+        read_df(spark, tmp_path, "q", maxRecordsPerTrigger="5").collect()
 
 
 def test_user_schema_is_honoured_or_refused(spark: SparkSession, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from aiodiskqueue._format.meta import load_meta
 from aiodiskqueue.spark import _files
 from aiodiskqueue.spark._errors import DataLoss, PathNotFound
 from aiodiskqueue.spark._files import FileSpan, iter_records, view_queue
-from aiodiskqueue.spark._options import OptionError, parse_options
+from aiodiskqueue.spark._options import OptionError, check_use, parse_options
 from aiodiskqueue.spark._ranges import advance, iter_blocks, split_span
 from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition, read_partition
 from aiodiskqueue.spark._stream import DiskQueueStreamReader
@@ -174,6 +174,27 @@ def test_unknown_option_lists_the_valid_ones(tmp_path: Path) -> None:
                                           r"mean 'maxRecordsPerTrigger'\? valid options: "
                                           r"path, name, .*maxRecordsPerTrigger"):
         options(tmp_path, "q", maxRecordPerTrigger="10")
+
+
+@pytest.mark.parametrize(("typed", "shown"), [
+    ("maxrecordpertrigger", "maxRecordPerTrigger"),  # as Spark hands over maxRecordPerTrigger
+    ("minpartition", "minPartition"),
+    ("max_record_per_trigger", "max_record_per_trigger"),
+    ("MaxRecordPerTrigger", "MaxRecordPerTrigger"),  # a caller that kept the case
+    ("colour", "colour"),
+])
+def test_unknown_option_is_spelled_as_typed(tmp_path: Path, typed: str, shown: str) -> None:
+    with pytest.raises(OptionError, match=rf"^diskqueue: option '{shown}' is unknown; ") as info:
+        parse_options({"path": str(tmp_path), "name": "q", typed: "10"})
+    assert info.value.option == shown
+
+
+def test_misplaced_option_is_spelled_as_documented(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"^diskqueue: option 'maxRecordsPerTrigger' does "
+                                          r"not apply to a batch read"):
+        check_use({"path": str(tmp_path), "maxrecordspertrigger": "5"}, "batch read")
+    with pytest.raises(OptionError, match=r"^diskqueue: option 'consume' does not apply"):
+        check_use({"consume": "true"}, "batch read")
 
 
 def test_missing_middle_segment_is_data_loss(tmp_path: Path,
