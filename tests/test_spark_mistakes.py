@@ -142,6 +142,21 @@ def test_corrupt_segment_advice_makes_the_next_read_succeed(spark: SparkSession,
     assert payloads(read_df(spark, tmp_path, "q")) == items[:150] + items[200:]
 
 
+def test_torn_record_in_a_completed_segment_fails_a_batch_read(spark: SparkSession,
+                                                               tmp_path: Path) -> None:
+    items = [b"t%05d" % i for i in range(3000)]  # 10 bytes a record, 1,000 a segment
+    asyncio.run(fill(tmp_path, "q", items, max_bytes_per_file=10_000))
+    seg = Layout(str(tmp_path), "q").segment_path(1)
+    os.truncate(seg, os.path.getsize(seg) - 3)  # the last record of segment 1 is torn
+    with pytest.raises(Exception, match=(
+            rf"DataLoss: diskqueue: data loss in queue 'q': {re.escape(seg)} is a completed "
+            r"segment \(a later one follows\) but its last 7 byte\(s\), from byte 9990, are "
+            r"not a whole record.*'python -m aiodiskqueue repair ")):
+        read_df(spark, tmp_path, "q").collect()
+    assert payloads(read_df(spark, tmp_path, "q", failOnDataLoss="false")) == (
+        items[:1999] + items[2000:])
+
+
 # ------------------------------------------------------------------ streams
 
 

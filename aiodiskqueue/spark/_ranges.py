@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from ..errors import DiskQueueError
-from ._errors import corrupt_length
+from ._errors import corrupt_length, report_torn
 from ._files import FileSpan, Pos, QueueView
 
 log = logging.getLogger("aiodiskqueue.spark")
@@ -170,12 +170,13 @@ def equal_run(buf: bytes, min_size: int, max_size: int) -> tuple[int, int]:
 
 
 def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
-                chunk: int = WALK_CHUNK) -> Iterator[Block]:
+                chunk: int = WALK_CHUNK, *, fail_on_data_loss: bool = True) -> Iterator[Block]:
     """The records of ``span`` as blocks of about ``chunk`` bytes.
 
-    A record cut short ends the span with a warning (the core quarantines that
-    file when it reaches it). Raises CorruptionError at a length outside
-    ``[min_size, max_size]``, DiskQueueError if the segment is gone.
+    Raises CorruptionError at a length outside ``[min_size, max_size]``,
+    DiskQueueError if the segment is gone, DataLoss if the span ends in bytes
+    that are no whole record (see :func:`~._errors.report_torn`; with
+    ``fail_on_data_loss`` false they are logged and skipped).
     """
     path = layout.segment_path(span.num)
     try:
@@ -219,7 +220,7 @@ def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
                 if pos + HEADER_SIZE + n <= stop and want < HEADER_SIZE + n:
                     chunk = HEADER_SIZE + n
                     continue
-            log.warning("%s: torn record at byte %d; skipping the rest of this file", path, pos)
+            report_torn(layout, path, pos, stop, pos + size, fail_on_data_loss)
             return
     finally:
         os.close(fd)
