@@ -507,8 +507,12 @@ def test_stream_write_appends_each_batch_once(spark: SparkSession, tmp_path: Pat
 
 
 def staging_entries(directory: Path) -> list[Path]:
-    """Every file and directory under ``.spark-staging``."""
-    return sorted((directory / ".spark-staging").rglob("*"))
+    """Every file and directory under ``.spark-staging`` (os.walk skips a directory that
+    is removed while it looks)."""
+    out = []
+    for root, dirs, files in os.walk(directory / ".spark-staging"):
+        out += [Path(root, n) for n in dirs + files]
+    return sorted(out)
 
 
 def dead_driver_job(directory: Path, name: str) -> Path:
