@@ -11,8 +11,10 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +31,7 @@ from aiodiskqueue import DiskQueue
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.meta import Meta, load_meta
 from aiodiskqueue.spark import _nsq
-from aiodiskqueue.spark._staging import committed_batch
+from aiodiskqueue.spark._staging import committed_batch, process_start_time
 
 pytestmark = pytest.mark.spark
 
@@ -501,6 +503,91 @@ def test_stream_write_appends_each_batch_once(spark: SparkSession, tmp_path: Pat
     meta = load_meta(lay.meta_path)
     assert meta is not None and meta.depth == 1800
     assert asyncio.run(drain(qdir, "dst")) == items + items
+    assert staging_entries(qdir) == []  # each committed batch removed what it staged
+
+
+def staging_entries(directory: Path) -> list[Path]:
+    """Every file and directory under ``.spark-staging`` (os.walk skips a directory that
+    is removed while it looks)."""
+    out = []
+    for root, dirs, files in os.walk(directory / ".spark-staging"):
+        out += [Path(root, n) for n in dirs + files]
+    return sorted(out)
+
+
+def dead_driver_job(directory: Path, name: str) -> Path:
+    """A staging directory left by a killed driver (its owner process is gone)."""
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    start = process_start_time(driver.pid)
+    driver.kill()
+    driver.wait()
+    job = directory / ".spark-staging" / name / "job-of-a-killed-driver"
+    job.mkdir(parents=True)
+    (job / "owner").write_text(f"{socket.gethostname()} {driver.pid} {start}\n")
+    (job / "0-000000.dat").write_bytes(b"\x00\x00\x00\x01x" * 100)
+    return job
+
+
+@pytest.mark.slow
+def test_stream_write_leaves_no_staging_behind(spark: SparkSession, tmp_path: Path) -> None:
+    qdir, ck = tmp_path / "q", tmp_path / "ck"
+    items = [b"b%04d" % i for i in range(500)]
+    asyncio.run(fill(qdir, "src", items))
+    dead_driver_job(qdir, "dst")
+    counts: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        # Samples what the sink keeps staged while the query runs.
+        while not done.wait(0.01):
+            counts.append(len(staging_entries(qdir)))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        query = (spark.readStream.format("diskqueue").option("path", str(qdir))
+                 .option("name", "src").option("maxRecordsPerTrigger", "10").load()
+                 .select("payload")
+                 .writeStream.format("diskqueue").option("path", str(qdir))
+                 .option("name", "dst").option("checkpointLocation", str(ck))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    finally:
+        done.set()
+        watcher.join()
+    assert query.exception() is None
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 50
+    # Each batch removes what it staged, and the first one what the killed driver left:
+    # nothing accumulates, so no commit lists more than the one before.
+    assert staging_entries(qdir) == []
+    assert counts and max(counts) <= 8, counts
+    assert asyncio.run(drain(qdir, "dst")) == items
+
+
+def test_failed_stream_write_batch_leaves_no_staging(spark: SparkSession,
+                                                    tmp_path: Path) -> None:
+    qdir, ck = tmp_path / "q", tmp_path / "ck"
+    items = [b"f%04d" % i for i in range(100)]
+    asyncio.run(fill(qdir, "src", items))
+
+    @F.udf("binary", useArrow=False)
+    def explode(p: bytes) -> bytes:
+        if p == b"f0035":
+            raise RuntimeError("udf failed on f0035")
+        return p
+
+    query = (spark.readStream.format("diskqueue").option("path", str(qdir))
+             .option("name", "src").option("maxRecordsPerTrigger", "10").load()
+             .select(explode("payload").alias("payload"))
+             .writeStream.format("diskqueue").option("path", str(qdir))
+             .option("name", "dst").option("checkpointLocation", str(ck))
+             .trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="udf failed on f0035"):
+        query.awaitTermination()
+    # Batches 0 to 2 are in the queue; batch 3 was aborted, and tasks of it that were
+    # still running drop what they staged.
+    assert asyncio.run(drain(qdir, "dst")) == items[:30]
+    assert wait_for(lambda: staging_entries(qdir) == [])
 
 
 def test_meta_round_trip_sanity() -> None:

@@ -26,6 +26,8 @@ from aiodiskqueue.spark._staging import (
     StagedWriter,
     committed_batch,
     link,
+    owner_alive,
+    owner_line,
     process_start_time,
     sweep_staging,
 )
@@ -46,7 +48,7 @@ async def drain(directory: Path, name: str) -> list[bytes]:
 
 
 def stage(tmp_path: Path, payloads: list[bytes], max_bytes: int = 1024) -> list[StagedFile]:
-    w = StagedWriter(str(tmp_path / "staging"), max_bytes)
+    w = StagedWriter(str(tmp_path / "staging"), max_bytes, owner_line())
     w.write(payloads)
     return w.close()
 
@@ -80,7 +82,7 @@ async def test_link_appends_after_go_fixture(copy_fixture: CopyFixture, tmp_path
     new = [b"new-%d" % i for i in range(100)]
     meta = link(Layout(str(qdir), name), stage(tmp_path, new, 300), 0, MAX)
     assert meta is not None and meta.depth == len(old) + len(new)
-    assert not list((tmp_path / "staging").iterdir())
+    assert not list((tmp_path / "staging").glob("*.dat"))  # every staged file was linked
     assert await drain(qdir, name) == old + new
 
 
@@ -194,6 +196,24 @@ def test_link_waits_for_a_short_lived_holder(tmp_path: Path) -> None:
         timer.join()
     assert meta is not None and meta.depth == 2
     assert not lock.held
+
+
+def test_staged_writer_creates_its_directory_only_with_an_owner(tmp_path: Path) -> None:
+    where = tmp_path / "job"
+    with pytest.raises(FileNotFoundError):
+        StagedWriter(str(where), 1024).write([b"x"])  # a batch task of an ended job
+    w = StagedWriter(str(where), 1024, owner_line())
+    w.write([b"x"])
+    assert [f.records for f in w.close()] == [1]
+    # The owner file names this process's driver, which is alive: a sweep keeps it.
+    assert (where / "owner").read_text() == owner_line()
+    assert owner_alive(str(where)) is True
+    assert [p.name for p in where.iterdir() if not p.name.endswith(".dat")] == ["owner"]
+    # A restarted stream takes over the directory its killed driver left.
+    (where / "owner").write_text(f"{socket.gethostname()} {os.getpid()} 0\n")
+    assert owner_alive(str(where)) is False
+    StagedWriter(str(where), 1024, owner_line()).write([b"y"])
+    assert owner_alive(str(where)) is True
 
 
 def test_sweep_removes_jobs_of_dead_drivers_and_end_marks(tmp_path: Path) -> None:

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from helpers_spark import payloads, read_df
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from aiodiskqueue import DiskQueue, QueueLocked
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
-from aiodiskqueue.spark._files import iter_records, view_queue
 from aiodiskqueue.spark._staging import process_start_time
 
 pytestmark = pytest.mark.spark
@@ -70,14 +70,17 @@ def test_missing_path_and_unmatched_name_fail_batch_and_stream(spark: SparkSessi
 
 def test_unknown_and_misplaced_options_fail(spark: SparkSession, tmp_path: Path) -> None:
     asyncio.run(fill(tmp_path, "q", [b"x"]))
-    # Spark passes option keys in lower case.
-    with pytest.raises(Exception, match=r"option 'maxrecordpertrigger' is unknown; did you "
+    # Spark passes option keys in lower case; the message spells them as typed.
+    with pytest.raises(Exception, match=r"option 'maxRecordPerTrigger' is unknown; did you "
                                         r"mean 'maxRecordsPerTrigger'\? valid options: path, "):
         (spark.readStream.format("diskqueue").option("path", str(tmp_path)).option("name", "q")
          .option("maxRecordPerTrigger", "10").load())
     with pytest.raises(Exception, match=r"option 'consume' does not apply to a batch read "
                                         r"\(it applies to: streaming read\)"):
         read_df(spark, tmp_path, "q", consume="true").collect()
+    with pytest.raises(Exception, match=r"option 'maxRecordsPerTrigger' does not apply to a "
+                                        r"batch read"):
+        read_df(spark, tmp_path, "q", maxRecordsPerTrigger="5").collect()
 
 
 def test_user_schema_is_honoured_or_refused(spark: SparkSession, tmp_path: Path) -> None:
@@ -137,6 +140,21 @@ def test_corrupt_segment_advice_makes_the_next_read_succeed(spark: SparkSession,
     assert done.returncode == 0, done.stderr
     # Every whole record before the damage is kept; the rest of that file is quarantined.
     assert payloads(read_df(spark, tmp_path, "q")) == items[:150] + items[200:]
+
+
+def test_torn_record_in_a_completed_segment_fails_a_batch_read(spark: SparkSession,
+                                                               tmp_path: Path) -> None:
+    items = [b"t%05d" % i for i in range(3000)]  # 10 bytes a record, 1,000 a segment
+    asyncio.run(fill(tmp_path, "q", items, max_bytes_per_file=10_000))
+    seg = Layout(str(tmp_path), "q").segment_path(1)
+    os.truncate(seg, os.path.getsize(seg) - 3)  # the last record of segment 1 is torn
+    with pytest.raises(Exception, match=(
+            rf"DataLoss: diskqueue: data loss in queue 'q': {re.escape(seg)} is a completed "
+            r"segment \(a later one follows\) but its last 7 byte\(s\), from byte 9990, are "
+            r"not a whole record.*'python -m aiodiskqueue repair ")):
+        read_df(spark, tmp_path, "q").collect()
+    assert payloads(read_df(spark, tmp_path, "q", failOnDataLoss="false")) == (
+        items[:1999] + items[2000:])
 
 
 # ------------------------------------------------------------------ streams
@@ -221,19 +239,29 @@ def test_stream_data_loss_fails_then_goes_on_with_fail_on_data_loss_false(
 # ------------------------------------------------------------------ parallel reads
 
 
-def test_one_big_segment_reads_in_min_partitions(spark: SparkSession, tmp_path: Path) -> None:
-    items = [b"%010d" % i + b"p" * 90 for i in range(210_000)]  # 21 MB in one segment
+def test_one_big_segment_is_cut_by_each_read_s_options(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    items = [b"%010d" % i + b"p" * 90 for i in range(52_500)]  # 5.5 MB in one segment
     asyncio.run(fill(tmp_path, "big", items, max_bytes_per_file=64 << 20))
     lay = Layout(str(tmp_path), "big")
     assert len(lay.segments()) == 1
-    df = read_df(spark, tmp_path, "big", minPartitions="8")
-    assert df.rdd.getNumPartitions() == 8
-    got = [(r.file_num, r.offset, bytes(r.payload))
-           for r in df.orderBy("file_num", "offset").collect()]
-    want = [(num, end - 4 - len(p), p)
-            for recs in iter_records(lay, view_queue(lay, 0, 1 << 20).spans, 0, 1 << 20)
-            for p, num, end in recs]
-    assert got == want
+    size = os.path.getsize(lay.segment_path(0))
+    assert size == 52_500 * 104
+    # Spark's file sources spread a read over the CPUs, in pieces of 4 MiB at least.
+    default = -(-size // max(4 << 20, -(-size // (os.cpu_count() or 1))))
+    # The same segment read three times in one session: each read is cut by its own options.
+    for extra, count in [({}, default), ({"minPartitions": "8"}, 8),
+                         ({"maxBytesPerPartition": "262144"}, 21)]:
+        df = read_df(spark, tmp_path, "big", **extra)
+        assert df.rdd.getNumPartitions() == count, extra
+        # Every record exactly once: 52,500 rows, each at the offset its number says.
+        (row,) = df.select(
+            F.count("*").alias("rows"),
+            F.count_distinct("offset").alias("offsets"),
+            F.sum((F.col("offset") != F.substring(F.col("payload").cast("string"), 1, 10)
+                   .cast("long") * 104).cast("int")).alias("misplaced"),
+        ).collect()
+        assert (row.rows, row.offsets, row.misplaced) == (52_500, 52_500, 0), extra
 
 
 # ------------------------------------------------------------------ staged files

@@ -12,6 +12,11 @@ import itertools
 import logging
 import os
 import random
+import re
+import shlex
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +27,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._format.layout import Layout
 from aiodiskqueue._format.lock import QueueLock
-from aiodiskqueue._format.meta import load_meta
+from aiodiskqueue._format.meta import Meta, load_meta, store_meta
 from aiodiskqueue.spark import _files
 from aiodiskqueue.spark._errors import DataLoss, PathNotFound
 from aiodiskqueue.spark._files import FileSpan, iter_records, view_queue
-from aiodiskqueue.spark._options import OptionError, parse_options
+from aiodiskqueue.spark._options import OptionError, check_use, parse_options
 from aiodiskqueue.spark._ranges import advance, iter_blocks, split_span
 from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition, read_partition
 from aiodiskqueue.spark._stream import DiskQueueStreamReader
@@ -136,6 +141,24 @@ def test_batch_plan_min_partitions_splits_one_segment(tmp_path: Path) -> None:
                                            sequential(lay, view_queue(lay, 0, MAX).spans)]
 
 
+def test_each_read_of_one_segment_is_cut_by_its_own_options(tmp_path: Path) -> None:
+    items = [b"%09d" % i + b"x" * 91 for i in range(20_000)]  # 2,080,000 bytes
+    asyncio.run(fill(tmp_path, "big", items, max_bytes_per_file=1 << 30))
+    lay = Layout(str(tmp_path), "big")
+    want = [(n, o) for n, o, _ in sequential(lay, view_queue(lay, 0, MAX).spans)]
+    # One process plans all of them, as one SparkSession's driver would: the cuts of an
+    # earlier read must not decide a later one's.
+    for extra, count in [({}, 1), ({"minPartitions": "8"}, 8),
+                         ({"maxBytesPerPartition": "200000"}, 11),
+                         ({"minPartitions": "3"}, 3), ({"minPartitions": "8"}, 8)]:
+        opts = options(tmp_path, "big", **extra)
+        parts = DiskQueueReader(opts).partitions()
+        assert len(parts) == count, extra
+        rows = rows_of(opts, parts)
+        assert [r[3] for r in rows] == items, extra
+        assert [(r[1], r[2]) for r in rows] == want, extra
+
+
 # ------------------------------------------------------------------ loud on mistakes
 
 
@@ -156,6 +179,27 @@ def test_unknown_option_lists_the_valid_ones(tmp_path: Path) -> None:
                                           r"mean 'maxRecordsPerTrigger'\? valid options: "
                                           r"path, name, .*maxRecordsPerTrigger"):
         options(tmp_path, "q", maxRecordPerTrigger="10")
+
+
+@pytest.mark.parametrize(("typed", "shown"), [
+    ("maxrecordpertrigger", "maxRecordPerTrigger"),  # as Spark hands over maxRecordPerTrigger
+    ("minpartition", "minPartition"),
+    ("max_record_per_trigger", "max_record_per_trigger"),
+    ("MaxRecordPerTrigger", "MaxRecordPerTrigger"),  # a caller that kept the case
+    ("colour", "colour"),
+])
+def test_unknown_option_is_spelled_as_typed(tmp_path: Path, typed: str, shown: str) -> None:
+    with pytest.raises(OptionError, match=rf"^diskqueue: option '{shown}' is unknown; ") as info:
+        parse_options({"path": str(tmp_path), "name": "q", typed: "10"})
+    assert info.value.option == shown
+
+
+def test_misplaced_option_is_spelled_as_documented(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"^diskqueue: option 'maxRecordsPerTrigger' does "
+                                          r"not apply to a batch read"):
+        check_use({"path": str(tmp_path), "maxrecordspertrigger": "5"}, "batch read")
+    with pytest.raises(OptionError, match=r"^diskqueue: option 'consume' does not apply"):
+        check_use({"consume": "true"}, "batch read")
 
 
 def test_missing_middle_segment_is_data_loss(tmp_path: Path,
@@ -392,6 +436,111 @@ def test_failed_data_loss_names_what_is_gone_in_a_stream(tmp_path: Path) -> None
     assert lenient.partitions(start, end) == []
     nxt = lenient.latestOffset(end, ReadMaxRows(10))
     assert nxt == {"q": [2, 80]}  # from the oldest record still there
+
+
+def torn_queue(directory: Path, stale_meta: bool = False) -> list[bytes]:
+    """Queue ``q`` of 3,000 records in three segments, the last record of segment 1 cut
+    short by 3 bytes (a torn record at byte 9,990 of a completed segment); returns the
+    2,999 whole records. With ``stale_meta`` the meta's write position is at the end of
+    segment 0, as after a crash before its next store: segment 1 is then read as tail."""
+    items = [b"t%05d" % i for i in range(3000)]  # 10 bytes a record, 1,000 a segment
+    asyncio.run(fill(directory, "q", items, max_bytes_per_file=10_000))
+    lay = Layout(str(directory), "q")
+    assert sorted(lay.segments()) == [0, 1, 2]
+    seg = lay.segment_path(1)
+    os.truncate(seg, os.path.getsize(seg) - 3)
+    if stale_meta:
+        store_meta(lay.meta_path, Meta(1000, 0, 0, 0, 10_000))
+    return items[:1999] + items[2000:]
+
+
+def read_all(opts: Any) -> list[bytes]:
+    """Payloads of a whole batch read with ``opts``, Arrow batches or tuples."""
+    out: list[bytes] = []
+    for part in DiskQueueReader(opts).partitions():
+        for got in read_partition(opts, part):
+            if isinstance(got, tuple):
+                out.append(got[3])
+            else:
+                out += got.column("payload").to_pylist()
+    return out
+
+
+@pytest.mark.parametrize("stale_meta", [False, True], ids=["indexed", "tail"])
+@pytest.mark.parametrize("arrow", ["true", "false"], ids=["arrow", "tuples"])
+def test_torn_record_in_a_completed_segment_is_data_loss(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, arrow: str, stale_meta: bool) -> None:
+    whole = torn_queue(tmp_path, stale_meta)
+    seg = Layout(str(tmp_path), "q").segment_path(1)
+    with pytest.raises(DataLoss, match=(
+            rf"^diskqueue: data loss in queue 'q': {re.escape(seg)} is a completed segment "
+            r"\(a later one follows\) but its last 7 byte\(s\), from byte 9990, are not a "
+            r"whole record: a torn record, the file is damaged\. To go on without them, set "
+            r"the option failOnDataLoss=false .*"
+            rf"'python -m aiodiskqueue repair {re.escape(str(tmp_path))} q' saves them")):
+        read_all(options(tmp_path, "q", arrow=arrow))
+    with caplog.at_level(logging.WARNING, logger="aiodiskqueue.spark"):
+        got = read_all(options(tmp_path, "q", arrow=arrow, failOnDataLoss="false"))
+    assert got == whole
+    assert f"{seg} is a completed segment" in caplog.text
+    assert "skipping the rest of this file (failOnDataLoss=false)" in caplog.text
+
+
+def test_torn_record_in_a_completed_segment_agrees_with_verify_diskqueue_and_repair(
+        tmp_path: Path) -> None:
+    whole = torn_queue(tmp_path / "q")
+    verify = subprocess.run([sys.executable, "-m", "aiodiskqueue", "verify",
+                             str(tmp_path / "q"), "q"], capture_output=True, text=True)
+    assert verify.returncode == 1 and "torn tail" in verify.stdout, verify.stdout
+    # DiskQueue delivers the same records, and quarantines the torn bytes.
+    shutil.copytree(tmp_path / "q", tmp_path / "copy")
+
+    async def drain() -> tuple[list[bytes], int]:
+        async with DiskQueue(tmp_path / "copy", "q") as q:
+            out = []
+            while not q.empty():
+                # A depth too high would block get() forever: fail instead of hanging.
+                out.append(await asyncio.wait_for(q.get(), 10))
+            return out, q.statistics().bad_files
+
+    assert asyncio.run(drain()) == (whole, 1)
+    # The command the error names repairs the queue: then the default read succeeds.
+    with pytest.raises(DataLoss, match=r"'(python -m aiodiskqueue repair [^']+)'") as info:
+        read_all(options(tmp_path / "q", "q"))
+    found = re.search(r"'python -m aiodiskqueue (repair [^']+)'", str(info.value))
+    assert found is not None
+    done = subprocess.run([sys.executable, "-m", "aiodiskqueue", *shlex.split(found.group(1))],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert read_all(options(tmp_path / "q", "q")) == whole
+
+
+def test_torn_tail_of_the_last_segment_is_no_data_loss(tmp_path: Path) -> None:
+    items = [b"t%05d" % i for i in range(2500)]
+    asyncio.run(fill(tmp_path, "q", items, max_bytes_per_file=10_000))
+    lay = Layout(str(tmp_path), "q")
+    with open(lay.segment_path(max(lay.segments())), "ab") as f:
+        f.write(b"\x00\x00\x00\x06t0")  # what a crash in the middle of a write leaves
+    assert read_all(options(tmp_path, "q")) == items
+    assert read_all(options(tmp_path, "q", arrow="false")) == items
+
+
+def test_torn_record_in_a_completed_segment_fails_a_stream(tmp_path: Path) -> None:
+    whole = torn_queue(tmp_path)
+    reader = DiskQueueStreamReader(options(tmp_path, "q"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    with pytest.raises(DataLoss, match=r"is a completed segment \(a later one follows\)"):
+        rows_of(reader.options, list(parts))  # type: ignore[arg-type]
+    lenient = DiskQueueStreamReader(options(tmp_path, "q", failOnDataLoss="false"))
+    got = []
+    start = lenient.initialOffset()
+    while (end := lenient.latestOffset(start, ReadMaxRows(700))) != start:
+        got += [r[3] for r in rows_of(lenient.options,
+                                      list(lenient.partitions(start, end)))]  # type: ignore[arg-type]
+        start = end
+    assert got == whole
 
 
 def test_trigger_limit_goes_round_the_queues(tmp_path: Path) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 from .._format.layout import Layout
 from ..errors import CorruptionError, DiskQueueError
+
+log = logging.getLogger("aiodiskqueue.spark")
 
 REPAIR_ADVICE = "python -m aiodiskqueue repair {directory} {name}"
 
@@ -56,3 +60,34 @@ def corrupt_length(layout: Layout, path: str, offset: int, length: int | None,
         f"queue with '{repair_advice(layout.directory, layout.name)}' (it "
         "keeps every whole record before the damage)",
     )
+
+
+def report_torn(layout: Layout, path: str, offset: int, stop: int, have: int,
+                fail_on_data_loss: bool) -> None:
+    """Bytes ``offset`` to ``stop`` of a completed segment make no whole record: raise
+    DataLoss naming the file and the repair, or with ``fail_on_data_loss`` false log it.
+
+    Only a completed segment (one a later segment follows) is read to its end,
+    so a torn record here is damage, as ``verify`` and DiskQueue see it (DiskQueue
+    saves such bytes to a ``.bad`` file); the torn tail a crash leaves at the end
+    of the last segment is never planned for reading. ``have`` is where the file
+    ended when read: below ``stop``, it was cut short while the job ran.
+
+    Raises DataLoss if ``fail_on_data_loss``.
+    """
+    if have < stop:
+        what = (f"{path} ends at byte {have}, short of byte {stop} where the records "
+                f"planned for this read end: the file was cut short while the job ran "
+                f"(a repair, or another process)")
+    else:
+        what = (f"{path} is a completed segment (a later one follows) but its last "
+                f"{stop - offset} byte(s), from byte {offset}, are not a whole record: "
+                f"a torn record, the file is damaged")
+    if fail_on_data_loss:
+        raise DataLoss(
+            layout.name, what,
+            "To go on without them, set the option failOnDataLoss=false (they are logged "
+            f"and skipped); '{repair_advice(layout.directory, layout.name)}' saves them to a "
+            ".bad file and keeps every whole record, as DiskQueue does when it reaches them")
+    log.warning("diskqueue: queue %r: %s; skipping the rest of this file "
+                "(failOnDataLoss=false)", layout.name, what)

@@ -22,7 +22,7 @@ from .._format.lock import lock_holder
 from .._format.meta import Meta, load_meta
 from .._format.scan import BAD_LENGTH, Record, iter_spans, scan_segment
 from ..errors import DiskQueueError
-from ._errors import corrupt_length, repair_advice
+from ._errors import corrupt_length, repair_advice, report_torn
 from ._listing import QueueFiles
 
 log = logging.getLogger("aiodiskqueue.spark")
@@ -129,7 +129,8 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
         return QueueView(layout, meta, read, end, spans, holder, sizes=sizes, missing=missing)
     tail = 0
     torn = None
-    for num in sorted(n for n in segs if n >= wf):
+    later = sorted(n for n in segs if n >= wf)
+    for num in later:
         scan_from = wp if num == wf else 0
         try:
             s = scan_segment(segs[num], num, scan_from, None, min_size, max_size)
@@ -137,12 +138,17 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
             continue  # consumed since the listing
         tail += s.records
         start = rp if num == rf else 0
-        if s.end > start:
-            spans.append(FileSpan(num, start, s.end))
+        # A file a later one follows is read to its end, like the files before the write
+        # position: damage in it is reported by the task that reads it. In the last file,
+        # bytes after the last whole record are what a crash leaves (the core cuts them on
+        # open), unless they start with a length no record may have.
+        stop = s.end if num == later[-1] else s.size
+        if stop > start:
+            spans.append(FileSpan(num, start, stop))
         sizes[num] = s.size
         if s.end < s.size:
             torn = (num, s.end, s.size)
-            if s.problem is not None:
+            if s.problem == BAD_LENGTH and num == later[-1]:
                 log.warning("%s: %s at byte %d; reading stops there", segs[num], s.problem, s.end)
         end = (num, s.end)
     if torn is not None and torn[0] != end[0]:
@@ -181,30 +187,34 @@ def spans_between(view: QueueView, start: Pos, end: Pos) -> tuple[list[FileSpan]
 
 
 def iter_records(
-    layout: Layout, spans: list[FileSpan], min_size: int, max_size: int
+    layout: Layout, spans: list[FileSpan], min_size: int, max_size: int, *,
+    fail_on_data_loss: bool = True,
 ) -> Iterator[list[Record]]:
     """Yield the records of ``spans`` in order, one list per read chunk.
 
-    A truncated record ends its file's span with a warning (the core
-    quarantines that file when it reaches it). Raises CorruptionError at a
-    length outside ``[min_size, max_size]``, DiskQueueError if a segment is gone.
+    Raises CorruptionError at a length outside ``[min_size, max_size]``,
+    DiskQueueError if a segment is gone, DataLoss if a span ends in bytes that
+    are no whole record (see :func:`~._errors.report_torn`; with
+    ``fail_on_data_loss`` false they are logged and skipped).
     """
     for span in spans:
         path = layout.segment_path(span.num)
         try:
+            end = span.start
             chunks = iter_spans(path, span.num, span.start, span.stop, min_size, max_size,
                                 READ_CHUNK)
             for chunk in chunks:
                 if chunk.records:
                     yield chunk.records
+                end = chunk.end
                 if chunk.problem == BAD_LENGTH:
                     # Most often a queue written with a larger max_msg_size: failing says
                     # so, where skipping the rest of the file would lose it quietly.
                     raise corrupt_length(layout, path, chunk.end, chunk.bad_length,
                                          min_size, max_size)
-                if chunk.problem is not None:
-                    log.warning("%s: %s at byte %d; skipping the rest of this file",
-                                path, chunk.problem, chunk.end)
+            if end < span.stop:
+                have = min(os.stat(path).st_size, span.stop)
+                report_torn(layout, path, end, span.stop, have, fail_on_data_loss)
         except FileNotFoundError:
             raise DiskQueueError(
                 f"{path} is gone before its records were read: another process consumed or "

@@ -198,18 +198,43 @@ USES: dict[str, tuple[str, ...]] = {
 }
 
 
+_KNOWN = {_norm(k): k for k in ALL_OPTIONS}
+
+
+def spelled(key: str, like: str | None = None) -> str:
+    """Option ``key`` as the user most likely typed it, for a message.
+
+    Spark lower-cases option names before a Python source sees them (the JVM's
+    case-insensitive map, then pyspark's ``CaseInsensitiveDict``), so the
+    user's spelling is gone. A lower-case ``key`` without underscores takes the
+    letter case of the option it matches or, for an unknown one, of ``like``,
+    the option it most resembles: ``maxrecordpertrigger`` is shown as
+    ``maxRecordPerTrigger``. A key with capitals or underscores is shown as given.
+    """
+    if key != key.lower() or "_" in key:
+        return key
+    like = _KNOWN.get(_norm(key), like)
+    if like is None:
+        return key
+    out = list(key)
+    match = difflib.SequenceMatcher(None, key, like.lower(), autojunk=False)
+    for a, b, size in match.get_matching_blocks():
+        out[a:a + size] = like[b:b + size]
+    return "".join(out)
+
+
 def check_known(opts: Mapping[str, str]) -> None:
     """Refuse an option this source does not know, listing the ones it does.
 
     Raises OptionError naming the unknown option.
     """
-    known = {_norm(k): k for k in ALL_OPTIONS}
     for key in opts:
-        if _norm(key) not in known:
-            # Spark hands keys over in lower case: suggest the spelling it most resembles.
-            close = difflib.get_close_matches(_norm(key), list(known), 1, 0.8)
-            hint = f"did you mean '{known[close[0]]}'? " if close else ""
-            raise OptionError(key, f"is unknown; {hint}valid options: {', '.join(ALL_OPTIONS)}")
+        if _norm(key) not in _KNOWN:
+            close = difflib.get_close_matches(_norm(key), list(_KNOWN), 1, 0.8)
+            like = _KNOWN[close[0]] if close else None
+            hint = f"did you mean '{like}'? " if like else ""
+            raise OptionError(spelled(key, like),
+                              f"is unknown; {hint}valid options: {', '.join(ALL_OPTIONS)}")
 
 
 def check_use(opts: Mapping[str, str], use: str) -> None:
@@ -222,7 +247,7 @@ def check_use(opts: Mapping[str, str], use: str) -> None:
         if _norm(key) not in allowed:
             only = [u for u, keys in USES.items() if _norm(key) in {_norm(k) for k in keys}]
             raise OptionError(
-                key, f"does not apply to a {use} (it applies to: {', '.join(only)}); "
+                spelled(key), f"does not apply to a {use} (it applies to: {', '.join(only)}); "
                      f"options of a {use}: {', '.join(USES[use])}")
 
 

@@ -6,8 +6,10 @@ the length fields from a known boundary. The driver walks each span it splits
 once (4-byte length fields only, no payload copies) and hands every task the
 exact first boundary of its range, so a task never reads from the start of a
 segment, and the ranges of one span cover it with no gap and no overlap. The
-walk of a span is cached in the driver process, keyed by the file's inode, so a
-second read of the same sealed segments costs nothing.
+cuts of a span are cached in the driver process, keyed by the file (inode and
+modification time) and by everything that decides them (the span, the target
+size, the allowed record sizes), so a second read of the same sealed segments
+with the same options costs nothing, and one with other options cuts anew.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from ..errors import DiskQueueError
-from ._errors import corrupt_length
+from ._errors import corrupt_length, report_torn
 from ._files import FileSpan, Pos, QueueView
 
 log = logging.getLogger("aiodiskqueue.spark")
@@ -31,7 +33,8 @@ WALK_CHUNK = 4 << 20
 ADVANCE_CHUNK = 256 << 10  # a trigger's limit is often far less than a segment
 _unpack = struct.Struct(">i").unpack_from
 
-_walks: dict[tuple[str, int, int, int], list[int]] = {}  # (path, inode, start, stop) -> cuts
+# (path, inode, mtime_ns, start, stop, target, min_size, max_size) -> cuts
+_walks: dict[tuple[str, int, int, int, int, int, int, int], list[int]] = {}
 
 
 def walk_boundaries(path: str, start: int, stop: int, every: int,
@@ -105,10 +108,11 @@ def split_span(layout: Layout, span: FileSpan, target: int,
         return [span]
     path = layout.segment_path(span.num)
     try:
-        ino = os.stat(path).st_ino
+        st = os.stat(path)
     except FileNotFoundError:
         return [span]  # the task reports the missing file
-    key = (path, ino, span.start, span.stop)
+    # The modification time tells a segment from a later one that reuses its name and inode.
+    key = (path, st.st_ino, st.st_mtime_ns, span.start, span.stop, target, min_size, max_size)
     cuts = _walks.get(key)
     if cuts is None:
         # A cut at the first boundary past each multiple of ``step``: as many pieces as
@@ -166,12 +170,13 @@ def equal_run(buf: bytes, min_size: int, max_size: int) -> tuple[int, int]:
 
 
 def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
-                chunk: int = WALK_CHUNK) -> Iterator[Block]:
+                chunk: int = WALK_CHUNK, *, fail_on_data_loss: bool = True) -> Iterator[Block]:
     """The records of ``span`` as blocks of about ``chunk`` bytes.
 
-    A record cut short ends the span with a warning (the core quarantines that
-    file when it reaches it). Raises CorruptionError at a length outside
-    ``[min_size, max_size]``, DiskQueueError if the segment is gone.
+    Raises CorruptionError at a length outside ``[min_size, max_size]``,
+    DiskQueueError if the segment is gone, DataLoss if the span ends in bytes
+    that are no whole record (see :func:`~._errors.report_torn`; with
+    ``fail_on_data_loss`` false they are logged and skipped).
     """
     path = layout.segment_path(span.num)
     try:
@@ -215,7 +220,7 @@ def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
                 if pos + HEADER_SIZE + n <= stop and want < HEADER_SIZE + n:
                     chunk = HEADER_SIZE + n
                     continue
-            log.warning("%s: torn record at byte %d; skipping the rest of this file", path, pos)
+            report_torn(layout, path, pos, stop, pos + size, fail_on_data_loss)
             return
     finally:
         os.close(fd)

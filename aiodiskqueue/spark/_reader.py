@@ -147,7 +147,8 @@ def read_partition(options: SourceOptions, part: QueuePartition,
         if not options.arrow:
             full = project(options, None)
             pick = [full.index(c) for c in columns]
-            for recs in iter_records(layout, [span], lo, hi):
+            for recs in iter_records(layout, [span], lo, hi,
+                                     fail_on_data_loss=options.fail_on_data_loss):
                 for payload, num, end in recs:
                     row: tuple[Any, ...] = (name, num, end - HEADER_SIZE - len(payload), payload)
                     if options.nsq:
@@ -155,7 +156,8 @@ def read_partition(options: SourceOptions, part: QueuePartition,
                     yield tuple(row[i] for i in pick)
             continue
         name_scalar = pa.scalar(name, pa.string())
-        for block in iter_blocks(layout, span, lo, hi):
+        for block in iter_blocks(layout, span, lo, hi,
+                                 fail_on_data_loss=options.fail_on_data_loss):
             yield _arrow_block(options, name_scalar, span.num, block, columns)
 
 

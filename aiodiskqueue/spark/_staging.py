@@ -39,11 +39,18 @@ def staging_dir(layout: Layout, job: str) -> str:
 
 
 class StagedWriter:
-    """Write records into staged files by go-diskqueue's roll rule."""
+    """Write records into staged files by go-diskqueue's roll rule.
 
-    def __init__(self, directory: str, max_bytes_per_file: int, create: bool = True) -> None:
+    With an ``owner`` line (see :func:`owner_line`) the writer creates its
+    directory when missing and names the driver in it; without one the
+    directory must exist (its job's driver created it).
+    """
+
+    def __init__(self, directory: str, max_bytes_per_file: int,
+                 owner: str | None = None) -> None:
         self.directory = directory
-        self.create = create
+        self.owner = owner
+        self._owned = False
         self.max_bytes = max_bytes_per_file
         self.files: list[StagedFile] = []
         self._prefix = uuid.uuid4().hex
@@ -55,8 +62,17 @@ class StagedWriter:
         self._pending = 0
 
     def _open(self) -> None:
-        if self.create:
-            os.makedirs(self.directory, exist_ok=True)
+        if self.owner is not None and not self._owned:
+            # A killed driver's stream left this directory with itself as the owner: a
+            # sweep would take the files staged here for the restarted one.
+            try:
+                with open(os.path.join(self.directory, OWNER)) as f:
+                    current = f.read()
+            except FileNotFoundError:
+                current = ""
+            if current != self.owner:
+                create_job_dir(self.directory, self.owner)
+            self._owned = True
         self._path = os.path.join(self.directory, f"{self._prefix}-{len(self.files):06d}.dat")
         self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._pos = 0
@@ -183,12 +199,24 @@ def driver_pid() -> int:
     return pid
 
 
-def create_job_dir(where: str) -> None:
-    """Create a write job's staging directory (on the driver), naming the driver in it."""
-    os.makedirs(where, exist_ok=True)
+def owner_line() -> str:
+    """What a staging directory's owner file says: the driver's host, pid and start time
+    (call it on the driver)."""
     pid = driver_pid()
-    with open(os.path.join(where, OWNER), "w") as f:
-        f.write(f"{socket.gethostname()} {pid} {process_start_time(pid)}\n")
+    return f"{socket.gethostname()} {pid} {process_start_time(pid)}\n"
+
+
+def create_job_dir(where: str, owner: str) -> None:
+    """Create a write job's staging directory with ``owner`` (:func:`owner_line`) in it.
+
+    The owner file is replaced atomically: tasks that create the directory at
+    the same time write the same line, and a sweep never reads half of one.
+    """
+    os.makedirs(where, exist_ok=True)
+    tmp = os.path.join(where, f"{OWNER}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w") as f:
+        f.write(owner)
+    os.replace(tmp, os.path.join(where, OWNER))
 
 
 def owner_alive(where: str) -> bool | None:

@@ -55,7 +55,10 @@ Records a stream's offsets still expect can disappear: a DiskQueue worker
 consumed them, the queue was purged, a missing segment was replaced by
 ``repair``. With ``failOnDataLoss=true`` (the default) the query fails saying
 what is gone; with ``false`` it logs that and goes on from the oldest record
-still there, as Spark's Kafka source does.
+still there, as Spark's Kafka source does. A torn record at the end of a
+completed segment is damage and is treated the same way, by the task that
+reads it (:func:`~._errors.report_torn`); a torn tail of the last segment is
+what a crash leaves, and is never read.
 """
 
 from __future__ import annotations

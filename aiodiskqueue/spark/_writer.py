@@ -13,12 +13,17 @@ Commit protocol (batch and streaming):
    files are not touched before step 2, so a failed job leaves them byte for
    byte as they were.
 
-Cleaning up: the driver creates a batch job's staging directory, with the
-driver's host, JVM pid and start time in it; tasks never create it, so a task
-still running after its job ended (failed, or a speculative twin) finds it gone
-and drops its rows. Every write to a queue (even an empty one) removes the
-staging directories of jobs whose driver process is gone (a killed driver), as
-far as this host can tell, and anything older than a day.
+Cleaning up: a staging directory holds an ``owner`` file with the driver's
+host, JVM pid and start time. The driver creates a batch job's directory;
+tasks never create it, so a task still running after its job ended (failed, or
+a speculative twin) finds it gone and drops its rows. A streaming query stages
+every micro-batch in one directory named after the query (its ``writerId``, or
+checkpoint location), which its tasks create when missing; the commit or
+abort of each batch removes it with whatever it holds, so a stream leaves
+nothing behind however many batches it runs. Every write to a queue (even an
+empty one) also removes the staging directories of jobs whose driver process
+is gone (a killed driver), as far as this host can tell, and anything older
+than a day.
 
 The one window that is not all or nothing: if the driver process dies during
 step 2, after some renames and before the meta is stored, the core's recovery
@@ -35,6 +40,7 @@ that record would append the replayed batch a second time.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -58,6 +64,7 @@ from ._staging import (
     StagedWriter,
     create_job_dir,
     link,
+    owner_line,
     remove_staged,
     remove_staging_dir,
     staging_dir,
@@ -124,16 +131,17 @@ def _payloads(batch: pa.RecordBatch, column: str, options: SourceOptions) -> lis
 
 
 def write_task(options: SourceOptions, job: str, column: str,
-               batches: Iterator[pa.RecordBatch], create: bool) -> StagedMessage:
+               batches: Iterator[pa.RecordBatch], owner: str | None) -> StagedMessage:
     """Stage one task's rows; remove what it staged if anything fails.
 
-    ``create`` lets the task create the staging directory (streaming); a batch
-    task whose directory is gone belongs to a job that already ended, and
-    stages nothing.
+    With ``owner`` (streaming) the task creates the staging directory if it is
+    missing, naming the driver in it; a batch task (``owner`` None) whose
+    directory is gone belongs to a job that already ended, and stages nothing.
     """
     layout = Layout(options.path, require_single_name(options))
     where = staging_dir(layout, job)
-    writer = StagedWriter(where, options.max_bytes_per_file, create)
+    create = owner is not None
+    writer = StagedWriter(where, options.max_bytes_per_file, owner)
     try:
         for batch in batches:
             writer.write(_payloads(batch, column, options))
@@ -166,8 +174,8 @@ class _Base:
         self.name = require_single_name(options)
         self.column = check_write_schema(options, schema)
         self.layout = Layout(options.path, self.name)
+        self.owner = owner_line()
         self.job = uuid.uuid4().hex
-        create_job_dir(staging_dir(self.layout, self.job))
 
     def _cleanup(self, messages: list[WriterCommitMessage | None]) -> None:
         # Spark calls abort while tasks of the failed job may still run: removing the
@@ -180,9 +188,13 @@ class _Base:
 class DiskQueueWriter(_Base, DataSourceArrowWriter):
     """``df.write.format("diskqueue")``: append a DataFrame to one queue, all or nothing."""
 
+    def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
+        super().__init__(options, schema, overwrite)
+        create_job_dir(staging_dir(self.layout, self.job), self.owner)
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows."""
-        return write_task(self.options, self.job, self.column, iterator, create=False)
+        return write_task(self.options, self.job, self.column, iterator, None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Link every staged file into the queue under its lock."""
@@ -209,6 +221,10 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
                 "sink: it tells this query's batch ids from another query's",
             )
         self._key: str | None = options.writer_id
+        # Spark makes a writer for the tasks and another one for each commit: both
+        # find the query's staging directory by its name.
+        query = f"{options.writer_id}\0{options.checkpoint_location}"
+        self.job = "stream-" + hashlib.sha256(query.encode()).hexdigest()[:24]
 
     def writer_key(self) -> str:
         """Whose batch ids these are: ``writerId``, or else the checkpoint and query id.
@@ -230,19 +246,18 @@ class DiskQueueStreamWriter(_Base, DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows of the current micro-batch."""
-        return write_task(self.options, self.job, self.column, iterator, create=True)
+        return write_task(self.options, self.job, self.column, iterator, self.owner)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Link the batch's files, unless batch ``batchId`` was already appended."""
+        """Link the batch's files, unless batch ``batchId`` was already appended; then
+        remove the query's staging directory (the next batch's tasks create it again)."""
         try:
             link(self.layout, _files(messages), self.options.min_msg_size,
                  self.options.max_msg_size, (self.writer_key(), batchId),
                  lock_wait=self.options.lock_wait)
         finally:
             self._cleanup(messages)
-            # The staging directory is the query's, used by its next batches again.
-            create_job_dir(staging_dir(self.layout, self.job))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Remove the batch's staged files (the query stops after an abort)."""
+        """Remove the batch's staged files and the query's staging directory."""
         self._cleanup(messages)
