@@ -19,8 +19,6 @@ import logging
 import mmap
 import os
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
 
 from .._format.layout import Layout
 from .._format.lock import QueueLock
@@ -30,50 +28,12 @@ from . import inline as _inline
 from . import lane as _lane
 from .buffers import Lifecycle, fail, succeed, wake
 from .errorpaths import ErrorPaths
-from .iothread import Hop, IOThread
+from .flight import MAX_FLIGHTS, Flight
+from .iothread import IOThread
 from .options import Options
 from .store import Job, JobResult, OpenState, SegmentStore
 
 log = logging.getLogger("aiodiskqueue")
-
-# Hops in flight at once. A second hop is sent when puts arrive while one runs (with
-# sync_every=1, while its fsync runs), so the I/O thread goes straight on to it.
-# Splitting one pending batch into two pipelined hops was measured slower: the I/O
-# thread then waits for the GIL while the loop wakes producers.
-# With two, what follows a meta store on the native meta thread is at most a lane read
-# (see _next_flight, lane.read_first and lane.next_done, which rely on it).
-_MAX_FLIGHTS = 2
-
-
-@dataclass(slots=True)
-class _Flight:
-    """A hop in flight, with the futures its result resolves."""
-
-    job: Job
-    fut: Hop[Any]  # JobResult from the I/O thread, LaneResult from the write lane
-    epoch: int
-    waiters: list[asyncio.Future[None]]
-    sync_waiters: list[asyncio.Future[None]]
-    lane: _LaneWrite | None = None
-    read: _lane.LaneRead | None = None
-    meta: Meta | None = None  # a meta store on the native meta thread (lane.meta_job)
-
-    @property
-    def on_lane(self) -> bool:
-        """Is this a job of a native thread (a write, a read or a meta store), not of the
-        I/O thread?"""
-        return self.lane is not None or self.read is not None or self.meta is not None
-
-
-@dataclass(slots=True)
-class _LaneWrite:
-    """What a write-lane flight appended, for turning its outcome into a JobResult."""
-
-    file_num: int
-    pos: int
-    total: int  # bytes, headers included
-    from_loop: bool = False  # sent by inline.flush, whose poll gave up: it applies it
-
 
 class Engine(ErrorPaths):
     """The task that moves one open queue's buffers to and from disk."""
@@ -87,7 +47,7 @@ class Engine(ErrorPaths):
         self._last_meta: Meta | None = None
         self._batch_waiters: list[asyncio.Future[None]] = []
         self._sync_batch: list[asyncio.Future[None]] = []
-        self._flights: deque[_Flight] = deque()  # hops in flight, oldest first
+        self._flights: deque[Flight] = deque()  # hops in flight, oldest first
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
                                   opts.max_msg_size, opts.strict)
@@ -104,7 +64,7 @@ class Engine(ErrorPaths):
         self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
         self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
         self._direct_left = 0  # puts a lone producer may still write itself: inline.write_one
-        self._beside: _Flight | None = None  # a sync round that inline writes run beside
+        self._beside: Flight | None = None  # a sync round that inline writes run beside
         self._beside_room = 0  # since_sync that writes beside it may reach: see inline
         self._beside_wake: asyncio.Future[None] | None = None  # see inline.before_next_done
         self._deferred = 0  # bytes written inline beside it, not yet told to the store
@@ -188,7 +148,7 @@ class Engine(ErrorPaths):
                     continue
                 if self.state is Lifecycle.CLOSING and not flights:
                     break  # _finish() writes what is pending and syncs, a bounded number of times
-                if (len(flights) < _MAX_FLIGHTS and not self.purge_waiters
+                if (len(flights) < MAX_FLIGHTS and not self.purge_waiters
                         and self.state is not Lifecycle.CLOSING):
                     flight = self._next_flight()
                     if flight is not None:
@@ -223,7 +183,7 @@ class Engine(ErrorPaths):
         finally:
             await self._finish()
 
-    def _next_flight(self) -> _Flight | None:
+    def _next_flight(self) -> Flight | None:
         """Build and send the next hop, if there is work and it may go now.
 
         Hops on the write lane and on the I/O thread never overlap: the lane only
@@ -286,11 +246,11 @@ class Engine(ErrorPaths):
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
 
-    def _dispatch(self, job: Job) -> _Flight:
+    def _dispatch(self, job: Job) -> Flight:
         assert self.io is not None
         if job.read_from is not None:
             job.read_budget = _lane.io_read_budget(self, job.read_budget)
-        flight = _Flight(job, self.io.run(self.store.run, job), self.epoch,
+        flight = Flight(job, self.io.run(self.store.run, job), self.epoch,
                          self._batch_waiters, self._sync_batch)
         self._batch_waiters = []
         self._sync_batch = []
@@ -300,7 +260,7 @@ class Engine(ErrorPaths):
         """The read-ahead is at its low-water mark: see :func:`.lane.refill`."""
         _lane.refill(self)
 
-    def _complete(self, flight: _Flight) -> None:
+    def _complete(self, flight: Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised, after
         failing the flight's waiters with a DiskQueueError)."""
         try:
@@ -469,7 +429,7 @@ class Engine(ErrorPaths):
         m = self._last_meta
         return m is None or m.read != self.consumer_at() or m.write != self.write_at
 
-    def _apply(self, flight: _Flight, res: JobResult) -> None:
+    def _apply(self, flight: Flight, res: JobResult) -> None:
         job, batch, syncs = flight.job, flight.waiters, flight.sync_waiters
         stale = flight.epoch != self.epoch
         self.write_at = res.write_at

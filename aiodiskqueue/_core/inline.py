@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Any
 from .._format.codec import HEADER_SIZE
 from . import lane as _lane
 from .buffers import Lifecycle, succeed, wake
+from .flight import MAX_FLIGHTS, Flight, LaneResult, LaneWrite
 from .iothread import Hop
-from .lane import LaneResult
 from .position import Stretch
 from .store import Job, JobResult
 
 if TYPE_CHECKING:
-    from .engine import Engine, _Flight
+    from .engine import Engine
 
 #: A batch of at most this many bytes (records, headers included) is written inline.
 INLINE_MAX = _lane.SMALL_MAX
@@ -251,10 +251,8 @@ def kick(e: Engine) -> bool:
 def kick_lane(e: Engine) -> None:
     """Send the pending batch to the write lane now if it may go: as the first hop while
     the ioLoop is parked, or chained behind a lane write in flight."""
-    from .engine import _MAX_FLIGHTS
-
     flights = e._flights
-    if len(flights) >= _MAX_FLIGHTS or e.sync_every == 1:
+    if len(flights) >= MAX_FLIGHTS or e.sync_every == 1:
         # With sync_every=1 a batch sent now would pay an fsync for this put alone:
         # the puts the ioLoop gathers first share one instead (group commit).
         return
@@ -293,7 +291,7 @@ def start_sync_round(e: Engine) -> None:
         wake(e.put_req)
 
 
-def settle(e: Engine, flight: _Flight) -> JobResult:
+def settle(e: Engine, flight: Flight) -> JobResult:
     """The sync round beside inline writes is done: the store takes those writes now;
     the round's result, with the write position they reached (raises what it raised)."""
     e._beside = None
@@ -330,7 +328,7 @@ async def before_next_done(e: Engine) -> bool:
     return True
 
 
-def beside_next(e: Engine) -> _Flight | None:
+def beside_next(e: Engine) -> Flight | None:
     """What the ioLoop sends while the sync round beside the loop's writes runs: a read
     ahead the consumer is due, on the lane beside the round (nothing else in flight);
     pending puts go to :func:`flush` once no read is due. Nothing else: the rest waits
@@ -347,7 +345,7 @@ def beside_next(e: Engine) -> _Flight | None:
     return flight
 
 
-def finished(e: Engine, flight: _Flight) -> None:
+def finished(e: Engine, flight: Flight) -> None:
     """Apply a write of :func:`flush` that outlasted its poll, once the writer is done with
     it (perhaps while the sync round beside which it was sent still runs): as
     :func:`applied` does for one the poll caught, starting the sync round if it is due."""
@@ -361,12 +359,10 @@ def finished(e: Engine, flight: _Flight) -> None:
 
 def _lane_flight(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],
                  fut: Hop[Any], file_num: int, pos: int, size: int,
-                 from_loop: bool = False) -> _Flight:
+                 from_loop: bool = False) -> Flight:
     """The lane flight that a batch written by :func:`flush` stands for."""
-    from .engine import _Flight, _LaneWrite
-
-    return _Flight(Job(payloads=payloads), fut, e.epoch, waiters, [],
-                   _LaneWrite(file_num, pos, size, from_loop))
+    return Flight(Job(payloads=payloads), fut, e.epoch, waiters, [],
+                   LaneWrite(file_num, pos, size, from_loop))
 
 
 def _failed(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]],

@@ -36,19 +36,19 @@ import logging
 import mmap
 import os
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._format.codec import HEADER_SIZE, parse_payloads
 from .._format.meta import Meta
 from . import pure_python
 from .buffers import Lifecycle, wake
+from .flight import Flight, LaneRead, LaneResult, LaneWrite
 from .iothread import Hop
 from .position import Stretch
 from .store import Job, JobResult
 
 if TYPE_CHECKING:
-    from .engine import Engine, _Flight
+    from .engine import Engine
 
 try:
     from . import _writer
@@ -57,9 +57,6 @@ except ImportError:  # pragma: no cover - built wherever a C compiler is present
     Writer = None
 
 log = logging.getLogger("aiodiskqueue")
-
-#: (bytes written, errno of the write or 0, errno of the fdatasync or 0)
-LaneResult = tuple[int, int, int]
 
 #: A small batch (records, headers included): the loop writes one of at most this many
 #: bytes itself or polls for it (see inline), and the writer thread spins for the next
@@ -78,16 +75,6 @@ POLL_REST = 256
 #: its first messages after parsing this much, not the whole read-ahead (4 MiB by
 #: default: 12-16 ms on the reference VM, the GIL held while the records are made).
 OPENING_READ_BYTES = 256 * 1024
-
-
-@dataclass(slots=True)
-class LaneRead:
-    """What a lane read flight reads: ``nbytes`` at ``pos`` of segment ``file_num``."""
-
-    file_num: int
-    pos: int
-    nbytes: int
-    buf: mmap.mmap  # filled by the native thread; look at it only once the flight is done
 
 
 def available() -> bool:
@@ -232,7 +219,7 @@ class WriteLane:
         self._w.close()
 
 
-def lane_result(e: Engine, flight: _Flight, outcome: LaneResult | None = None) -> JobResult:
+def lane_result(e: Engine, flight: Flight, outcome: LaneResult | None = None) -> JobResult:
     """Turn ``e``'s lane flight's (written, write errno, sync errno), its future's result
     unless ``outcome`` is given (an inline write), into a JobResult.
 
@@ -289,7 +276,7 @@ def io_read_budget(e: Engine, budget: int) -> int:
     return min(budget, OPENING_READ_BYTES)
 
 
-def read_result(e: Engine, flight: _Flight) -> JobResult:
+def read_result(e: Engine, flight: Flight) -> JobResult:
     """Split the finished lane read of ``flight`` into records: the JobResult the I/O
     thread's read would give for them. Anything unusual is left to the I/O thread: the
     next read goes there and meets it as before."""
@@ -317,20 +304,20 @@ def read_result(e: Engine, flight: _Flight) -> JobResult:
     return res
 
 
-def sync_only(flight: _Flight) -> bool:
+def sync_only(flight: Flight) -> bool:
     """Is ``flight`` a sync round on the I/O thread that writes and reads nothing?"""
     job = flight.job
     return (not flight.on_lane and job.payloads is None and job.read_from is None
             and job.recount_from is None and not job.reset_writer)
 
 
-def round_only(flight: _Flight) -> bool:
+def round_only(flight: Flight) -> bool:
     """Is ``flight`` a sync round alone, on the I/O thread or a meta store on its native
     thread (a read may go beside either)?"""
     return flight.meta is not None or sync_only(flight)
 
 
-def meta_job(e: Engine, job: Job) -> _Flight | None:
+def meta_job(e: Engine, job: Job) -> Flight | None:
     """Send ``job`` to the native meta thread if it is a sync round that only stores the
     meta (a consumer's, typically) and nothing else is in flight; else None.
 
@@ -350,11 +337,9 @@ def meta_job(e: Engine, job: Job) -> _Flight | None:
     args = st.meta_swap(meta)
     if args is None or not _meta_lane(e):
         return None
-    from .engine import _Flight
-
     assert e.meta_lane is not None
     fut = e.meta_lane.submit_swap(args)
-    flight = _Flight(job, fut, e.epoch, e._batch_waiters, e._sync_batch, meta=meta)
+    flight = Flight(job, fut, e.epoch, e._batch_waiters, e._sync_batch, meta=meta)
     e._batch_waiters = []
     e._sync_batch = []
     return flight
@@ -375,7 +360,7 @@ def _meta_lane(e: Engine) -> bool:
     return e.meta_lane is not None
 
 
-def meta_result(e: Engine, flight: _Flight) -> JobResult | None:
+def meta_result(e: Engine, flight: Flight) -> JobResult | None:
     """The JobResult of a finished native meta store, as the I/O thread's round would give
     it. None if it failed: the job then goes to the I/O thread, first in line and with
     its waiters, whose portable steps redo the store or raise what is wrong."""
@@ -414,7 +399,7 @@ def lane_read_job(e: Engine) -> tuple[Job, tuple[int, int, int]] | None:
     return None if plan is None else (job, plan)
 
 
-def lane_read(e: Engine) -> _Flight | None:
+def lane_read(e: Engine) -> Flight | None:
     """Send the due read ahead to the lane if it is a plain one, as the first flight or
     beside a sync round on the I/O thread (which never touches the segment being read)."""
     found = lane_read_job(e)
@@ -432,27 +417,23 @@ def lane_fits(e: Engine, pos: int, size: int, sync: bool) -> bool:
     return size > 0 and pos + size <= e.opts.max_bytes_per_file
 
 
-def dispatch_write(e: Engine, job: Job, pos: int, total: int) -> _Flight:
+def dispatch_write(e: Engine, job: Job, pos: int, total: int) -> Flight:
     """Send ``job``'s batch (``total`` bytes as records) to the lane as an append at
     ``pos`` of the write segment."""
-    from .engine import _Flight, _LaneWrite
-
     assert e.lane is not None and job.payloads is not None
     fd = e.store.writer_fd
     assert fd is not None
     fut = e.lane.submit(fd, job.payloads, pos, job.sync)
     e._lane_end = pos + total
-    flight = _Flight(job, fut, e.epoch, e._batch_waiters, e._sync_batch,
-                     _LaneWrite(e.write_at[0], pos, total))
+    flight = Flight(job, fut, e.epoch, e._batch_waiters, e._sync_batch,
+                     LaneWrite(e.write_at[0], pos, total))
     e._batch_waiters = []
     e._sync_batch = []
     return flight
 
 
-def dispatch_read(e: Engine, job: Job, fd: int, pos: int, nbytes: int) -> _Flight:
+def dispatch_read(e: Engine, job: Job, fd: int, pos: int, nbytes: int) -> Flight:
     """Send ``job``'s read of ``nbytes`` at ``pos`` of ``fd`` to the lane."""
-    from .engine import _Flight
-
     assert e.lane is not None and job.read_from is not None
     buf = e._read_buf
     if buf is None:
@@ -465,7 +446,7 @@ def dispatch_read(e: Engine, job: Job, fd: int, pos: int, nbytes: int) -> _Fligh
     # Lane writes chained behind this read append where the store stands now.
     e._lane_end = e.write_at[1]
     e.refill_at = -1
-    return _Flight(job, fut, e.epoch, [], [], read=LaneRead(job.read_from[0], pos, nbytes, buf))
+    return Flight(job, fut, e.epoch, [], [], read=LaneRead(job.read_from[0], pos, nbytes, buf))
 
 
 def refill(e: Engine) -> None:
@@ -515,7 +496,7 @@ def send_next_flight(e: Engine) -> bool | None:
     return True
 
 
-def read_first(e: Engine) -> tuple[_Flight | None, bool, bool]:
+def read_first(e: Engine) -> tuple[Flight | None, bool, bool]:
     """Before the next job is built: ``(a lane read sent now or None, hold, sync_first)``.
 
     ``hold``: send nothing now (a read runs beside a sync round: writes still never run
@@ -536,7 +517,7 @@ def read_first(e: Engine) -> tuple[_Flight | None, bool, bool]:
     return None, False, sync_first
 
 
-async def next_done(flights: deque[_Flight]) -> _Flight:
+async def next_done(flights: deque[Flight]) -> Flight:
     """Wait for the next flight to apply and remove it from ``flights``: the oldest, or a
     lane job (a read, or a write from the loop whose poll gave up) that is done first
     beside a sync round on the I/O thread or a meta store on its own native thread (so
