@@ -290,6 +290,23 @@ class QueueBuffers:
             return QueueClosed(f"queue {name!r} is shut down")
         return QueueClosed(f"queue {name!r} is closed")
 
+    def wake_waiters(self) -> None:
+        """Wake as many put() calls blocked on maxsize as there is room for, and as many
+        blocked get() calls as messages are ready: the one place a waiter is woken for
+        room or for a message. A woken waiter only wakes its task, which checks again."""
+        putters = self.putters
+        if putters:
+            room = self.maxsize - self.qsize()
+            while putters and room > 0:
+                w = putters.popleft()
+                if not w.done():  # a cancelled one takes no room
+                    w.set_result(None)
+                    room -= 1
+        getters, ready = self.getters, self.ready
+        if getters and ready:
+            for _ in range(min(len(ready), len(getters))):
+                wake(getters.popleft())
+
     def wake_all_getters(self) -> None:
         """Wake every blocked get() so it can see a state change."""
         while self.getters:
@@ -505,12 +522,7 @@ class QueueBuffers:
         if self.since_sync >= self.sync_every:
             wake(self.sync_req)
         if self.putters:
-            room = self.maxsize - self.qsize()
-            while self.putters and room > 0:
-                w = self.putters.popleft()
-                if not w.done():
-                    w.set_result(None)
-                    room -= 1
+            self.wake_waiters()
         if self.state is QUEUE_SHUTDOWN and not self.qsize():
             self.wake_all_getters()  # drained: blocked getters raise QueueClosed now
 

@@ -452,9 +452,6 @@ class Engine(ErrorPaths):
                     fail(batch, err)
                 else:
                     succeed(batch)
-            for _ in range(min(len(self.putters), max(0, self.maxsize - self.qsize()))
-                           if self.maxsize else 0):
-                wake(self.putters.popleft())
         # A lane write that failed never reached its fdatasync (and carries no sync waiters).
         if job.sync and (flight.lane is None or res.write_error is None):
             if res.synced:
@@ -498,9 +495,7 @@ class Engine(ErrorPaths):
             self.depth = len(self.ready)
         if not stale:
             self._check_depth_floor()
-        if self.ready and self.getters:
-            for _ in range(min(len(self.ready), len(self.getters))):
-                wake(self.getters.popleft())
+        self.wake_waiters()
         # The consumer sends the next read itself at the low-water mark (see refill).
         self.refill_at = (self.low_water if self.read_at < self.write_at
                           and self.corruption is None else -1)

@@ -220,12 +220,7 @@ def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
                 wake(e.put_req)
                 wake(e._beside_wake)
     succeed(waiters)
-    if e.putters:
-        for _ in range(min(len(e.putters), max(0, e.maxsize - e.qsize()))):
-            wake(e.putters.popleft())
-    if e.ready and e.getters:
-        for _ in range(min(len(e.ready), len(e.getters))):
-            wake(e.getters.popleft())
+    e.wake_waiters()
     if sync_due:
         start_sync_round(e)
     elif e.timer is None or e.timer.done():
