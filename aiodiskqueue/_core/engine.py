@@ -23,6 +23,7 @@ from collections import deque
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
+from .._format.scan import Record
 from ..errors import DiskQueueError
 from . import inline as _inline
 from . import lane as _lane
@@ -31,6 +32,7 @@ from .errorpaths import ErrorPaths
 from .flight import MAX_FLIGHTS, Flight
 from .iothread import IOThread
 from .options import Options
+from .position import Stretch
 from .store import Job, JobResult, OpenState, SegmentStore
 
 log = logging.getLogger("aiodiskqueue")
@@ -436,22 +438,17 @@ class Engine(ErrorPaths):
         self.bytes_on_disk = res.bytes_on_disk
         if job.payloads is not None:
             n = len(job.payloads)
-            self.unwritten -= n
             if res.write_error is not None:
+                self.unwritten -= n
                 self._write_failed(n, batch, res.write_error)
             else:
-                if not stale:
-                    self._depth += n  # a take quota stays: it assumes nothing about depth
-                if res.handoff is not None and not stale:
-                    self.add_ready(res.handoff, res.handoff_bytes)
-                    self.read_at = res.write_at
+                unsynced = None
                 if self.sync_every == 1 and not res.synced:
-                    err = DiskQueueError(f"fsync failed; {n} message(s) written but not "
-                                         f"known to be durable: {res.sync_error}")
-                    err.__cause__ = res.sync_error
-                    fail(batch, err)
-                else:
-                    succeed(batch)
+                    unsynced = DiskQueueError(f"fsync failed; {n} message(s) written but not "
+                                              f"known to be durable: {res.sync_error}")
+                    unsynced.__cause__ = res.sync_error
+                self.landed(n, batch, res.write_at, res.handoff, res.handoff_bytes, stale,
+                            unsynced)
         # A lane write that failed never reached its fdatasync (and carries no sync waiters).
         if job.sync and (flight.lane is None or res.write_error is None):
             if res.synced:
@@ -499,6 +496,37 @@ class Engine(ErrorPaths):
         # The consumer sends the next read itself at the low-water mark (see refill).
         self.refill_at = (self.low_water if self.read_at < self.write_at
                           and self.corruption is None else -1)
+
+    def landed(self, n: int, waiters: list[asyncio.Future[None]], at: tuple[int, int],
+               handoff: list[Record] | Stretch | None, handoff_bytes: int, stale: bool,
+               error: DiskQueueError | None = None) -> None:
+        """A batch of ``n`` messages is written, the write position now ``at``: the one
+        path a finished write takes, whoever wrote it (the I/O thread, the write lane,
+        the loop). Counts it, hands ``handoff`` (``handoff_bytes`` of payloads) to the
+        reader, resolves the puts waiting for it, or fails them with ``error`` (written,
+        not known to be durable). A ``stale`` batch (purged since it was sent) is neither
+        counted nor handed over."""
+        self.write_at = at
+        self.unwritten -= n
+        if not stale:
+            self._depth += n  # a take quota stays: it assumes nothing about depth
+            if handoff is not None:
+                self.add_ready(handoff, handoff_bytes)
+                self.read_at = at
+        if error is None:
+            succeed(waiters)
+        else:
+            fail(waiters, error)
+
+    def handoff(self, payloads: list[bytes], file_num: int, pos: int, size: int
+                ) -> Stretch | None:
+        """Where a batch appended at ``pos`` of segment ``file_num`` (``size`` bytes as
+        records) lies, if the reader has caught up to it and it fits the read-ahead: it
+        is handed over, no read needed. Else None."""
+        if (self.read_at == (file_num, pos) and self.corruption is None
+                and self.ready_bytes + size <= self.opts.read_buffer_bytes):
+            return Stretch(payloads, file_num, pos, pos + size)
+        return None
 
     async def _idle(self) -> None:
         loop = self.loop

@@ -40,10 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._format.codec import HEADER_SIZE
 from . import lane as _lane
-from .buffers import Lifecycle, succeed, wake
+from .buffers import Lifecycle, wake
 from .flight import MAX_FLIGHTS, Flight, LaneResult, LaneWrite
 from .iothread import Hop
-from .position import Stretch
 from .store import Job, JobResult
 
 if TYPE_CHECKING:
@@ -202,24 +201,16 @@ def applied(e: Engine, payloads: list[bytes], waiters: list[asyncio.Future[None]
     else:  # the store takes it when the sync round beside which it ran is done
         e._deferred += size
         e.bytes_on_disk += size
-    e.write_at = (file_num, pos + size)
-    e.unwritten -= n
-    if not stale:
-        e._depth += n  # a take quota stays: it assumes nothing about depth
-        if (e.read_at == (file_num, pos) and e.corruption is None
-                and e.ready_bytes + size <= e.opts.read_buffer_bytes):
-            # The reader has caught up to this batch: hand it over, no read needed.
-            e.add_ready(Stretch(payloads, file_num, pos, pos + size), size - HEADER_SIZE * n)
-            e.read_at = e.write_at
-        elif e.corruption is None:
-            # Left on disk (the read-ahead is full, or the batch is larger than it): the
-            # consumer asks for the read at its low-water mark (see lane.refill), and one
-            # that waits already gets it from the ioLoop now.
-            e.refill_at = e.low_water
-            if e._read_due():
-                wake(e.put_req)
-                wake(e._beside_wake)
-    succeed(waiters)
+    handoff = None if stale else e.handoff(payloads, file_num, pos, size)
+    e.landed(n, waiters, (file_num, pos + size), handoff, size - HEADER_SIZE * n, stale)
+    if handoff is None and not stale and e.corruption is None:
+        # Left on disk (the read-ahead is full, or the batch is larger than it): the
+        # consumer asks for the read at its low-water mark (see lane.refill), and one
+        # that waits already gets it from the ioLoop now.
+        e.refill_at = e.low_water
+        if e._read_due():
+            wake(e.put_req)
+            wake(e._beside_wake)
     e.wake_waiters()
     if sync_due:
         start_sync_round(e)

@@ -243,10 +243,8 @@ def lane_result(e: Engine, flight: Flight, outcome: LaneResult | None = None) ->
             res.synced = synced
             if serr:
                 res.sync_error = OSError(serr, os.strerror(serr))
-        if (e.read_at == (lw.file_num, lw.pos) and e.corruption is None
-                and e.ready_bytes + lw.total <= e.opts.read_buffer_bytes):
-            # The reader has caught up to this batch: hand it over, no read needed.
-            res.handoff = Stretch(job.payloads, lw.file_num, lw.pos, lw.pos + lw.total)
+        res.handoff = e.handoff(job.payloads, lw.file_num, lw.pos, lw.total)
+        if res.handoff is not None:
             res.handoff_bytes = lw.total - HEADER_SIZE * len(job.payloads)
     res.write_at = (st.write_file, st.write_pos)
     res.bytes_on_disk = st.bytes_on_disk
