@@ -25,11 +25,11 @@ from .._format.lock import QueueLock
 from .._format.meta import Meta
 from .._format.scan import Record
 from ..errors import DiskQueueError
-from . import inline as _inline
 from . import lane as _lane
 from .buffers import Lifecycle, fail, succeed, wake
 from .errorpaths import ErrorPaths
 from .flight import MAX_FLIGHTS, Flight
+from .inline import InlineWrites
 from .iothread import IOThread
 from .options import Options
 from .position import Stretch
@@ -62,15 +62,11 @@ class Engine(ErrorPaths):
         self._lane_error: OSError | None = None  # a lane write failed: reset the writer
         self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
         self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
-        self._flush_soon = False  # inline.flush is scheduled for this loop iteration
-        self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
-        self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
-        self._direct_left = 0  # puts a lone producer may still write itself: inline.write_one
-        self._beside: Flight | None = None  # a sync round that inline writes run beside
-        self._beside_room = 0  # since_sync that writes beside it may reach: see inline
-        self._beside_wake: asyncio.Future[None] | None = None  # see inline.before_next_done
-        self._deferred = 0  # bytes written inline beside it, not yet told to the store
-        self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
+        # Puts a lone producer may still write itself (InlineWrites.write_one). Read by
+        # DiskQueue.put on every put, so it lives here, not behind an attribute of
+        # self.inline; InlineWrites sets it (its one write to the engine's state).
+        self._direct_left = 0
+        self.inline = InlineWrites(self)
         self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
         self._read_buf: mmap.mmap | None = None  # what lane reads read into
         self.task: asyncio.Task[None] | None = None
@@ -157,7 +153,7 @@ class Engine(ErrorPaths):
                         flights.append(flight)
                         continue
                 if flights:
-                    if not await _inline.before_next_done(self):
+                    if not await self.inline.before_next_done():
                         continue  # a write from the loop joined the sync round in flight
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
@@ -185,18 +181,20 @@ class Engine(ErrorPaths):
         finally:
             await self._finish()
 
-    def _next_flight(self) -> Flight | None:
+    def _next_flight(self, sync_at: int | None = None) -> Flight | None:
         """Build and send the next hop, if there is work and it may go now.
 
         Hops on the write lane and on the I/O thread never overlap: the lane only
         appends inside the current segment, everything else (rolling files, meta,
         reads) runs on the I/O thread once the lane is idle. Nothing is sent while an
-        inline write is scheduled: it decides whether a hop is needed.
+        inline write is scheduled: it decides whether a hop is needed. ``sync_at``: the
+        ``since_sync`` that makes the job a sync round (``sync_every`` if None).
         """
-        if self._flush_soon:
+        inline = self.inline
+        if inline.flush_soon:
             return None
-        if self._beside is not None:
-            return _inline.beside_next(self)
+        if inline.beside is not None:
+            return inline.beside_next()
         flights = self._flights
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
         flight, hold, sync_first = _lane.read_first(self)
@@ -210,7 +208,7 @@ class Engine(ErrorPaths):
                 return None
             job = self._build_job(pipelined=True)
             return None if job is None else _lane.dispatch_write(self, job, self._lane_end, size)
-        job = self._build_job(pipelined=bool(flights), read=not sync_first)
+        job = self._build_job(pipelined=bool(flights), read=not sync_first, sync_at=sync_at)
         if job is None:
             return _lane.lane_read(self) if sync_first else None
         meta_flight = _lane.meta_job(self, job)
@@ -223,8 +221,18 @@ class Engine(ErrorPaths):
         return self._dispatch(job)
 
     def kick(self) -> bool:
-        """Called when a put lands in an empty pending batch: see :func:`.inline.kick`."""
-        return _inline.kick(self)
+        """Called when a put lands in an empty pending batch: see :meth:`.InlineWrites.kick`."""
+        return self.inline.kick()
+
+    def kick_failed(self, exc: BaseException,
+                    waiters: list[asyncio.Future[None]] | None = None) -> None:
+        """Sending work from outside the ioLoop (a put, a take) failed: keep ``exc`` for the
+        ioLoop to raise, not the caller's put or get, and ``waiters`` for its close to
+        fail; wake it."""
+        if waiters is not None:
+            self._batch_waiters = waiters
+        self._kick_error = exc
+        wake(self.put_req)
 
     def _full_hop_due(self) -> bool:
         """Is something due that only a hop built with no flight out can do (a sync
@@ -266,8 +274,8 @@ class Engine(ErrorPaths):
         """Apply a finished flight's result (raises what the I/O thread raised, after
         failing the flight's waiters with a DiskQueueError)."""
         try:
-            if flight is self._beside:
-                res = _inline.settle(self, flight)
+            if flight is self.inline.beside:
+                res = self.inline.settle(flight)
             elif flight.read is not None:
                 res = _lane.read_result(self, flight)
             elif flight.meta is not None:
@@ -280,7 +288,7 @@ class Engine(ErrorPaths):
             elif flight.lane.from_loop:
                 # A write from the loop that outlasted its poll (perhaps done while the sync
                 # round beside which it was sent still runs): applied as a caught one is.
-                _inline.finished(self, flight)
+                self.inline.finished(flight)
                 return
             else:
                 res = _lane.lane_result(self, flight)
@@ -340,7 +348,8 @@ class Engine(ErrorPaths):
         self.wake_all_getters()
         self.wake_all_putters()
 
-    def _build_job(self, pipelined: bool, read: bool = True) -> Job | None:
+    def _build_job(self, pipelined: bool, read: bool = True, sync_at: int | None = None
+                   ) -> Job | None:
         """The next hop's work; None if there is nothing to do.
 
         A pipelined job is sent while another hop is in flight: it only writes
@@ -381,7 +390,9 @@ class Engine(ErrorPaths):
                       and self._read_due())
         force = ((self._force_meta and not first_read) or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
-        if ((force or (self.since_sync >= self._sync_at
+        if sync_at is None:
+            sync_at = self.sync_every
+        if ((force or (self.since_sync >= sync_at
                        and (self._sync_may_retry() or (job.payloads and self.sync_every == 1))))
                 and (dirty or self.sync_waiters)):
             job.sync = True

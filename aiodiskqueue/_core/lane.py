@@ -283,7 +283,7 @@ def read_result(e: Engine, flight: Flight) -> JobResult:
     nread, err, _ = flight.fut.result()
     st = e.store
     res = JobResult(write_at=(st.write_file, st.write_pos), bytes_on_disk=st.bytes_on_disk)
-    if e._beside is not None:
+    if e.inline.beside is not None:
         # Beside the sync round that the loop's writes run beside, the store does not know
         # those writes yet (inline.settle tells it): the engine's own position stands.
         res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
@@ -327,8 +327,8 @@ def meta_job(e: Engine, job: Job) -> Flight | None:
     """
     if (e.lane is None or e._flights or not job.sync or job.meta_read is None or job.settle
             or job.payloads is not None or job.read_from is not None
-            or job.recount_from is not None or job.reset_writer or e._beside is not None
-            or e._deferred or e.state is not Lifecycle.OPEN):
+            or job.recount_from is not None or job.reset_writer or e.inline.beside is not None
+            or e.inline.deferred or e.state is not Lifecycle.OPEN):
         return None
     st = e.store
     meta = Meta(job.meta_depth, *job.meta_read, st.write_file, st.write_pos)
@@ -484,13 +484,12 @@ def send_next_flight(e: Engine) -> bool | None:
     try:
         flight = e._next_flight()
     except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it
-        e._kick_error = exc
-        wake(e.put_req)
+        e.kick_failed(exc)
         return None
     if flight is None:
         return False
     e._flights.append(flight)
-    wake(e._beside_wake)  # the ioLoop may wait for a sync round alone: it has company now
+    wake(e.inline.beside_wake)  # the ioLoop may wait for a sync round alone: it has company now
     return True
 
 
