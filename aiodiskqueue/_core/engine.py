@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import mmap
 import os
 from collections import deque
 
@@ -28,11 +27,12 @@ from ..errors import DiskQueueError
 from . import lane as _lane
 from .buffers import Lifecycle, fail, succeed, wake
 from .errorpaths import ErrorPaths
-from .flight import MAX_FLIGHTS, Flight
+from .flight import MAX_FLIGHTS, Flight, next_done
 from .inline import InlineWrites
 from .iothread import IOThread
 from .options import Options
 from .position import Stretch
+from .schedule import Scheduler
 from .store import Job, JobResult, OpenState, SegmentStore
 
 log = logging.getLogger("aiodiskqueue")
@@ -56,10 +56,6 @@ class Engine(ErrorPaths):
         self.lock = QueueLock(layout.lock_path)
         self.io: IOThread | None = None
         self.lane: _lane.WriteLane | None = None
-        self.meta_lane: _lane.WriteLane | None = None  # a consumer's meta stores (lane.meta_job)
-        self._meta_lane_failed = False
-        self._lane_end = 0  # write offset after the last batch sent to the lane
-        self._lane_error: OSError | None = None  # a lane write failed: reset the writer
         self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
         self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
         # Puts a lone producer may still write itself (InlineWrites.write_one). Read by
@@ -67,8 +63,7 @@ class Engine(ErrorPaths):
         # self.inline; InlineWrites sets it (its one write to the engine's state).
         self._direct_left = 0
         self.inline = InlineWrites(self)
-        self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
-        self._read_buf: mmap.mmap | None = None  # what lane reads read into
+        self.sched = Scheduler(self)
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -157,7 +152,7 @@ class Engine(ErrorPaths):
                         continue  # a write from the loop joined the sync round in flight
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
-                    self._complete(await _lane.next_done(flights))
+                    self._complete(await next_done(flights))
                     busy = True
                     continue
                 if self.state is Lifecycle.CLOSING:
@@ -195,29 +190,29 @@ class Engine(ErrorPaths):
             return None
         if inline.beside is not None:
             return inline.beside_next()
-        flights = self._flights
+        flights, sched = self._flights, self.sched
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
-        flight, hold, sync_first = _lane.read_first(self)
+        flight, hold, sync_first = sched.read_first()
         if flight is not None or hold:
             return flight
         if flights and flights[-1].meta is not None:
             return None  # only a read goes behind a meta store on the lane (read_first)
         if flights and flights[-1].on_lane:
             if (self._full_hop_due()
-                    or not _lane.lane_fits(self, self._lane_end, size, self.sync_every == 1)):
+                    or not sched.lane_fits(sched.lane_end, size, self.sync_every == 1)):
                 return None
             job = self._build_job(pipelined=True)
-            return None if job is None else _lane.dispatch_write(self, job, self._lane_end, size)
+            return None if job is None else sched.dispatch_write(job, sched.lane_end, size)
         job = self._build_job(pipelined=bool(flights), read=not sync_first, sync_at=sync_at)
         if job is None:
-            return _lane.lane_read(self) if sync_first else None
-        meta_flight = _lane.meta_job(self, job)
+            return sched.lane_read() if sync_first else None
+        meta_flight = sched.meta_job(job)
         if meta_flight is not None:
             return meta_flight
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer
-                and _lane.lane_fits(self, self.write_at[1], size, job.sync)):
-            return _lane.dispatch_write(self, job, self.write_at[1], size)
+                and sched.lane_fits(self.write_at[1], size, job.sync)):
+            return sched.dispatch_write(job, self.write_at[1], size)
         return self._dispatch(job)
 
     def kick(self) -> bool:
@@ -259,16 +254,33 @@ class Engine(ErrorPaths):
     def _dispatch(self, job: Job) -> Flight:
         assert self.io is not None
         if job.read_from is not None:
-            job.read_budget = _lane.io_read_budget(self, job.read_budget)
-        flight = Flight(job, self.io.run(self.store.run, job), self.epoch,
-                         self._batch_waiters, self._sync_batch)
+            job.read_budget = self.sched.io_read_budget(job.read_budget)
+        waiters, syncs = self.take_batch()
+        return Flight(job, self.io.run(self.store.run, job), self.epoch, waiters, syncs)
+
+    def take_batch(self) -> tuple[list[asyncio.Future[None]], list[asyncio.Future[None]]]:
+        """The put and sync waiters of the job just built, for the flight that sends it."""
+        taken = self._batch_waiters, self._sync_batch
         self._batch_waiters = []
         self._sync_batch = []
-        return flight
+        return taken
+
+    def redo_on_thread(self, flight: Flight) -> None:
+        """Send the job of a native meta store that failed to the I/O thread, first in
+        line and with its waiters: its portable steps redo the store or raise what is
+        wrong."""
+        assert self.io is not None
+        self._flights.appendleft(Flight(flight.job, self.io.run(self.store.run, flight.job),
+                                        self.epoch, flight.waiters, flight.sync_waiters))
+
+    @property
+    def meta_lane(self) -> _lane.WriteLane | None:
+        """The native thread for meta stores, once one was made."""
+        return self.sched.meta_lane
 
     def refill(self) -> None:
-        """The read-ahead is at its low-water mark: see :func:`.lane.refill`."""
-        _lane.refill(self)
+        """The read-ahead is at its low-water mark: see :meth:`.Scheduler.refill`."""
+        self.sched.refill()
 
     def _complete(self, flight: Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised, after
@@ -277,9 +289,9 @@ class Engine(ErrorPaths):
             if flight is self.inline.beside:
                 res = self.inline.settle(flight)
             elif flight.read is not None:
-                res = _lane.read_result(self, flight)
+                res = self.sched.read_result(flight)
             elif flight.meta is not None:
-                found = _lane.meta_result(self, flight)
+                found = self.sched.meta_result(flight)
                 if found is None:
                     return  # redone on the I/O thread
                 res = found
@@ -291,7 +303,7 @@ class Engine(ErrorPaths):
                 self.inline.finished(flight)
                 return
             else:
-                res = _lane.lane_result(self, flight)
+                res = self.sched.lane_result(flight)
         except BaseException as exc:
             if flight.job.payloads is not None:
                 self.unwritten = max(0, self.unwritten - len(flight.job.payloads))
@@ -326,9 +338,7 @@ class Engine(ErrorPaths):
             self.lane.close()
             self.lane = None
             self.native_lane = False
-        if self.meta_lane is not None:
-            self.meta_lane.close()
-            self.meta_lane = None
+        self.sched.close()
         try:
             await io.run(self.store.close)
         except BaseException:
@@ -359,9 +369,8 @@ class Engine(ErrorPaths):
         loop = self.loop
         assert loop is not None
         job = Job()
-        if self._lane_error is not None and not pipelined:
+        if not pipelined and self.sched.take_lane_error():
             job.reset_writer = True
-            self._lane_error = None
         if pipelined:
             if not self.pending:
                 return None
@@ -474,7 +483,8 @@ class Engine(ErrorPaths):
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
         elif job.read_from is not None and not stale and res.read_to is not None:
-            self._read_on_thread &= flight.read is not None  # the I/O thread has read
+            if flight.read is None:
+                self.sched.thread_read()
             self.add_ready(res.records, res.records_bytes)
             self.read_at = res.read_to
             if res.corruption is not None:

@@ -171,7 +171,7 @@ class InlineWrites:
         e = self._e
         fd = e.store.writer_fd
         return not (not self.can_schedule() or size > INLINE_MAX or fd is None
-                    or e._lane_error is not None or e.state not in _LIVE
+                    or e.sched.lane_error is not None or e.state not in _LIVE
                     or e.write_at[1] + size > e.store.max_bytes
                     or (self._off_until and time.perf_counter() < self._off_until)
                     or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
@@ -205,7 +205,7 @@ class InlineWrites:
         except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it, not the put
             e.kick_failed(exc, waiters)  # the waiters are failed by the ioLoop's close
             return
-        e._lane_end = pos + size
+        e.sched.lane_sent(pos + size)
         if not e.opts.inline_writes:
             if not isinstance(polled, tuple):
                 # The writer is still at it: a lane write in flight, which the ioLoop hands to
@@ -284,7 +284,7 @@ class InlineWrites:
             return
         if e.state not in _LIVE or e.purge_waiters or e._kick_error is not None:
             return
-        _lane.send_next_flight(e)
+        e.sched.send_next_flight()
 
     def start_sync_round(self) -> None:
         """Send the due sync round (fdatasync, the meta) to the I/O thread as a hop of its
@@ -352,7 +352,7 @@ class InlineWrites:
         e = self._e
         if len(e._flights) != 1:
             return None
-        flight = _lane.lane_read(e)
+        flight = e.sched.lane_read()
         if (flight is None and e.pending and not self._flush_soon
                 and self._may_write(e.pending_bytes, len(e.pending))):
             self._flush_soon = True
@@ -389,7 +389,7 @@ class InlineWrites:
         done: Hop[None] = Hop(loop=e.loop)  # stands in for a hop that already ran
         done.set_result(None)
         flight = self._lane_flight(payloads, waiters, done, file_num, pos, size)
-        res = _lane.lane_result(e, flight, outcome)
+        res = e.sched.lane_result(flight, outcome)
         if self._beside is not None:  # the store does not know the writes beside it yet
             res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
         e._apply(flight, res)
