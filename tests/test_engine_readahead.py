@@ -163,7 +163,7 @@ async def test_reads_go_beside_sync_rounds(tmp_path: Path, monkeypatch: pytest.M
     real = Scheduler.dispatch_read
 
     def spy(s: Scheduler, *args: Any) -> Any:
-        beside.append(len(s._e._flights))  # 1: a sync round is in flight
+        beside.append(len(s._e.flights))  # 1: a sync round is in flight
         return real(s, *args)
 
     monkeypatch.setattr(Scheduler, "dispatch_read", spy)
@@ -291,7 +291,7 @@ async def _take_ready_without_yielding(q: DiskQueue, got: list[bytes],
     every ready message with ``get_nowait()`` and no await between them."""
     e = q._e
     for _ in range(500):
-        if e._parked and not e._flights and e.statistics().syncs:
+        if e.parked and not e.flights and e.statistics().syncs:
             break
         await asyncio.sleep(0.01)
     before()
@@ -339,7 +339,7 @@ async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_ma
 
     def on_read(e: Any) -> None:
         if tight[0]:
-            beside.append([round_only(f) for f in e._flights])
+            beside.append([round_only(f) for f in e.flights])
 
     async with _consumer_on_the_lane(tmp_path, monkeypatch, on_read) as (q, got):
         await _take_ready_without_yielding(q, got, lambda: tight.__setitem__(0, True))
@@ -356,7 +356,7 @@ async def test_a_round_a_take_starts_leaves_the_message_in_hand_unconsumed(
     seen: list[tuple[Any, Any, Any]] = []
 
     def on_read(e: Any) -> None:
-        for f in e._flights:
+        for f in e.flights:
             if f.job.meta_read is not None and e.handing:
                 seen.append((f.job.meta_read, e.stored_at(), e.consumer_at()))
 

@@ -49,15 +49,15 @@ class Engine(ErrorPaths):
         self._last_meta: Meta | None = None
         self._batch_waiters: list[asyncio.Future[None]] = []
         self._sync_batch: list[asyncio.Future[None]] = []
-        self._flights: deque[Flight] = deque()  # hops in flight, oldest first
+        self.flights: deque[Flight] = deque()  # hops in flight, oldest first
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
                                   opts.max_msg_size, opts.strict)
         self.lock = QueueLock(layout.lock_path)
         self.io: IOThread | None = None
         self.lane: _lane.WriteLane | None = None
-        self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
-        self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
+        self.parked = False  # the ioLoop waits between hops: a put may send a hop itself
+        self.kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
         # Puts a lone producer may still write itself (InlineWrites.write_one). Read by
         # DiskQueue.put on every put, so it lives here, not behind an attribute of
         # self.inline; InlineWrites sets it (its one write to the engine's state).
@@ -131,11 +131,11 @@ class Engine(ErrorPaths):
         io = self.io
         assert io is not None
         busy = False
-        flights = self._flights
+        flights = self.flights
         try:
             while True:
-                if self._kick_error is not None:
-                    raise self._kick_error
+                if self.kick_error is not None:
+                    raise self.kick_error
                 if self.purge_waiters and not flights:
                     await self._purge()
                     continue
@@ -143,7 +143,7 @@ class Engine(ErrorPaths):
                     break  # _finish() writes what is pending and syncs, a bounded number of times
                 if (len(flights) < MAX_FLIGHTS and not self.purge_waiters
                         and self.state is not Lifecycle.CLOSING):
-                    flight = self._next_flight()
+                    flight = self.next_flight()
                     if flight is not None:
                         flights.append(flight)
                         continue
@@ -157,7 +157,7 @@ class Engine(ErrorPaths):
                     continue
                 if self.state is Lifecycle.CLOSING:
                     break
-                self._parked = True
+                self.parked = True
                 try:
                     if busy:
                         # The producers the last hop woke have not run yet: let them
@@ -167,7 +167,7 @@ class Engine(ErrorPaths):
                         continue
                     await self._idle()
                 finally:
-                    self._parked = False
+                    self.parked = False
         except asyncio.CancelledError:
             pass  # treated as a close: _finish() flushes and syncs
         except BaseException as exc:
@@ -176,7 +176,7 @@ class Engine(ErrorPaths):
         finally:
             await self._finish()
 
-    def _next_flight(self, sync_at: int | None = None) -> Flight | None:
+    def next_flight(self, sync_at: int | None = None) -> Flight | None:
         """Build and send the next hop, if there is work and it may go now.
 
         Hops on the write lane and on the I/O thread never overlap: the lane only
@@ -190,7 +190,7 @@ class Engine(ErrorPaths):
             return None
         if inline.beside is not None:
             return inline.beside_next()
-        flights, sched = self._flights, self.sched
+        flights, sched = self.flights, self.sched
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
         flight, hold, sync_first = sched.read_first()
         if flight is not None or hold:
@@ -226,7 +226,7 @@ class Engine(ErrorPaths):
         fail; wake it."""
         if waiters is not None:
             self._batch_waiters = waiters
-        self._kick_error = exc
+        self.kick_error = exc
         wake(self.put_req)
 
     def _full_hop_due(self) -> bool:
@@ -236,9 +236,9 @@ class Engine(ErrorPaths):
         forever and starve syncs and reads."""
         if self.sync_waiters or self._force_meta or self.purge_waiters:
             return True
-        return self._sync_round_due() or self._read_due()
+        return self.sync_round_due() or self.read_due()
 
-    def _sync_round_due(self) -> bool:
+    def sync_round_due(self) -> bool:
         """Is the periodic sync round due: by count (the pending puts included) or time?"""
         if self.since_sync + len(self.pending) >= self.sync_every:
             return True
@@ -246,7 +246,7 @@ class Engine(ErrorPaths):
         assert loop is not None
         return loop.time() >= self._sync_due_at and (self.since_sync > 0 or self._meta_changed())
 
-    def _read_due(self) -> bool:
+    def read_due(self) -> bool:
         """Does a consumer that fell behind the writer need a read ahead?"""
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
@@ -270,7 +270,7 @@ class Engine(ErrorPaths):
         line and with its waiters: its portable steps redo the store or raise what is
         wrong."""
         assert self.io is not None
-        self._flights.appendleft(Flight(flight.job, self.io.run(self.store.run, flight.job),
+        self.flights.appendleft(Flight(flight.job, self.io.run(self.store.run, flight.job),
                                         self.epoch, flight.waiters, flight.sync_waiters))
 
     @property
@@ -310,7 +310,7 @@ class Engine(ErrorPaths):
             self._fail_flight(flight, exc)
             raise
         try:
-            self._apply(flight, res)
+            self.apply(flight, res)
         except BaseException as exc:
             self._fail_flight(flight, exc)
             raise
@@ -319,12 +319,12 @@ class Engine(ErrorPaths):
         """Apply the hops in flight, write what is pending, sync, close. Never raises."""
         io = self.io
         assert io is not None
-        while self._flights:
-            flight = self._flights[0]
+        while self.flights:
+            flight = self.flights[0]
             if not flight.fut.done():
                 await asyncio.wait([flight.fut])
             try:
-                self._complete(self._flights.popleft())
+                self._complete(self.flights.popleft())
             except BaseException as exc:  # noqa: BLE001 - its waiters are failed; go on
                 log.error("%s: a write in flight at close failed: %r", self.layout.meta_path, exc)
                 if self.state is not Lifecycle.BROKEN:
@@ -396,13 +396,13 @@ class Engine(ErrorPaths):
         # then goes to the native meta thread beside the next read (lane.meta_job).
         first_read = (self._force_meta and read and not closing and not job.payloads
                       and not self.sync_waiters and not self.ready and not self.gets
-                      and self._read_due())
+                      and self.read_due())
         force = ((self._force_meta and not first_read) or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
         if sync_at is None:
             sync_at = self.sync_every
         if ((force or (self.since_sync >= sync_at
-                       and (self._sync_may_retry() or (job.payloads and self.sync_every == 1))))
+                       and (self.sync_may_retry() or (job.payloads and self.sync_every == 1))))
                 and (dirty or self.sync_waiters)):
             job.sync = True
             job.settle = bool(self.sync_waiters)  # sync() returns with consumed files gone
@@ -451,7 +451,14 @@ class Engine(ErrorPaths):
         m = self._last_meta
         return m is None or m.read != self.consumer_at() or m.write != self.write_at
 
-    def _apply(self, flight: Flight, res: JobResult) -> None:
+    @property
+    def meta_due(self) -> bool:
+        """Must the next sync round store the meta whatever changed (the first after open)?"""
+        return self._force_meta
+
+    def apply(self, flight: Flight, res: JobResult) -> None:
+        """Apply the result of a finished flight: its write through :meth:`landed`, its
+        sync round, its read ahead, recount and quarantined files; wake whoever waits."""
         job, batch, syncs = flight.job, flight.waiters, flight.sync_waiters
         stale = flight.epoch != self.epoch
         self.write_at = res.write_at

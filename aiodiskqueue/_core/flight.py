@@ -26,7 +26,7 @@ LaneResult = tuple[int, int, int]
 # Splitting one pending batch into two pipelined hops was measured slower: the I/O
 # thread then waits for the GIL while the loop wakes producers.
 # With two, what follows a meta store on the native meta thread is at most a lane read
-# (see Engine._next_flight, Scheduler.read_first and next_done, which rely on it).
+# (see Engine.next_flight, Scheduler.read_first and next_done, which rely on it).
 MAX_FLIGHTS = 2
 
 

@@ -106,7 +106,7 @@ class InlineWrites:
         nothing is in flight but a sync round (the ioLoop parked otherwise), and never with
         ``sync_every=1`` (there the puts the ioLoop gathers share one fsync)."""
         e = self._e
-        return self.enabled() and self._free() and e._kick_error is None
+        return self.enabled() and self._free() and e.kick_error is None
 
     def enabled(self) -> bool:
         """Does the engine write small batches from the loop (inline, or polled on the native
@@ -118,9 +118,9 @@ class InlineWrites:
     def _free(self) -> bool:
         """Nothing but a sync round running beside inline writes is in flight."""
         e = self._e
-        flights = e._flights
+        flights = e.flights
         if not flights:
-            return e._parked
+            return e.parked
         return len(flights) == 1 and flights[0] is self._beside
 
     def flush(self) -> None:
@@ -174,7 +174,7 @@ class InlineWrites:
                     or e.sched.lane_error is not None or e.state not in _LIVE
                     or e.write_at[1] + size > e.store.max_bytes
                     or (self._off_until and time.perf_counter() < self._off_until)
-                    or e.sync_waiters or e._force_meta or e.purge_waiters or e._read_due()
+                    or e.sync_waiters or e.meta_due or e.purge_waiters or e.read_due()
                     or e.since_sync + puts > self._room())
 
     def _room(self) -> int:
@@ -192,7 +192,7 @@ class InlineWrites:
         assert lane is not None and fd is not None
         file_num, pos = e.write_at
         sync_due = self._beside is None and (e.since_sync + len(payloads) >= self.half()
-                                          or e._sync_round_due())
+                                          or e.sync_round_due())
         e.since_sync += len(payloads)
         e.sync_counted()
         try:
@@ -211,7 +211,7 @@ class InlineWrites:
                 # The writer is still at it: a lane write in flight, which the ioLoop hands to
                 # finished() once the eventfd says it is done (even before a sync round
                 # beside it: the producers never wait for that round).
-                e._flights.append(self._lane_flight(payloads, waiters, polled, file_num, pos,
+                e.flights.append(self._lane_flight(payloads, waiters, polled, file_num, pos,
                                                     size, from_loop=True))
                 wake(e.put_req if self._beside_wake is None else self._beside_wake)
                 return
@@ -243,7 +243,7 @@ class InlineWrites:
             # consumer asks for the read at its low-water mark (see lane.refill), and one
             # that waits already gets it from the ioLoop now.
             e.refill_at = e.low_water
-            if e._read_due():
+            if e.read_due():
                 wake(e.put_req)
                 wake(self._beside_wake)
         e.wake_waiters()
@@ -272,7 +272,7 @@ class InlineWrites:
         """Send the pending batch to the write lane now if it may go: as the first hop while
         the ioLoop is parked, or chained behind a lane write in flight."""
         e = self._e
-        flights = e._flights
+        flights = e.flights
         if len(flights) >= MAX_FLIGHTS or e.sync_every == 1:
             # With sync_every=1 a batch sent now would pay an fsync for this put alone:
             # the puts the ioLoop gathers first share one instead (group commit).
@@ -280,9 +280,9 @@ class InlineWrites:
         if flights:
             if not flights[-1].on_lane:
                 return
-        elif not e._parked:
+        elif not e.parked:
             return
-        if e.state not in _LIVE or e.purge_waiters or e._kick_error is not None:
+        if e.state not in _LIVE or e.purge_waiters or e.kick_error is not None:
             return
         e.sched.send_next_flight()
 
@@ -293,7 +293,7 @@ class InlineWrites:
         the writes beside it reach the store (see :meth:`settle`)."""
         e = self._e
         covered = e.since_sync + len(e.pending)  # the round takes what is pending too
-        flight = e._next_flight(sync_at=self.half())  # the round is due at half of sync_every
+        flight = e.next_flight(sync_at=self.half())  # the round is due at half of sync_every
         if flight is not None:
             job = flight.job
             if (not flight.on_lane and job.payloads is None and job.read_from is None
@@ -304,7 +304,7 @@ class InlineWrites:
                 # Written beside it, and with it not yet fsynced: fewer than sync_every (the
                 # put that reaches sync_every waits for the round, as before).
                 self._beside_room = max(0, e.sync_every - covered - 1)
-            e._flights.append(flight)
+            e.flights.append(flight)
             wake(e.put_req)
 
     def settle(self, flight: Flight) -> JobResult:
@@ -328,8 +328,8 @@ class InlineWrites:
         the flights (:meth:`flush` wakes :attr:`beside_wake`), whose producers must not wait for
         the round. False if the flights changed meanwhile (look at them again)."""
         e = self._e
-        first = e._flights[0]
-        if first is self._beside and len(e._flights) == 1:
+        first = e.flights[0]
+        if first is self._beside and len(e.flights) == 1:
             loop = e.loop
             assert loop is not None
             self._beside_wake = loop.create_future()
@@ -350,7 +350,7 @@ class InlineWrites:
         pending puts go to :meth:`flush` once no read is due. Nothing else: the rest waits
         for the round."""
         e = self._e
-        if len(e._flights) != 1:
+        if len(e.flights) != 1:
             return None
         flight = e.sched.lane_read()
         if (flight is None and e.pending and not self._flush_soon
@@ -369,7 +369,7 @@ class InlineWrites:
         lw, payloads = flight.lane, flight.job.payloads
         assert lw is not None and payloads is not None
         sync_due = (e.state in _LIVE and self._beside is None
-                    and (e.since_sync + len(e.pending) >= self.half() or e._sync_round_due()))
+                    and (e.since_sync + len(e.pending) >= self.half() or e.sync_round_due()))
         self.applied(payloads, flight.waiters, lw.file_num, lw.pos, lw.total,
                      flight.fut.result(), sync_due, stale=flight.epoch != e.epoch)
 
@@ -392,7 +392,7 @@ class InlineWrites:
         res = e.sched.lane_result(flight, outcome)
         if self._beside is not None:  # the store does not know the writes beside it yet
             res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
-        e._apply(flight, res)
+        e.apply(flight, res)
         wake(e.put_req)
 
     def half(self) -> int:

@@ -168,7 +168,7 @@ class Scheduler:
         stored meta, waited for it. A native thread needs no GIL.
         """
         e = self._e
-        if (e.lane is None or e._flights or not job.sync or job.meta_read is None or job.settle
+        if (e.lane is None or e.flights or not job.sync or job.meta_read is None or job.settle
                 or job.payloads is not None or job.read_from is not None
                 or job.recount_from is not None or job.reset_writer or e.inline.beside is not None
                 or e.inline.deferred or e.state is not Lifecycle.OPEN):
@@ -217,15 +217,15 @@ class Scheduler:
     def sync_wanted(self) -> bool:
         """Is a sync round (or the meta) due now?"""
         e = self._e
-        return bool(e.sync_waiters) or e._force_meta or e._sync_round_due()
+        return bool(e.sync_waiters) or e.meta_due or e.sync_round_due()
 
     def lane_read_job(self) -> tuple[Job, tuple[int, int, int]] | None:
         """The due read ahead and its plan, if it is a plain one the lane may do."""
         e = self._e
-        if (not e._read_due() or e._recount_wanted or e.purge_waiters
+        if (not e.read_due() or e.recount_wanted or e.purge_waiters
                 or e.state is Lifecycle.CLOSING):
             return None
-        if e._flights and e.since_sync >= e.sync_every:
+        if e.flights and e.since_sync >= e.sync_every:
             # Beside a sync round only until the next one is due: the consumer takes no
             # more than sync_every messages plus the read-ahead between two stored metas,
             # as when the read waited for the round.
@@ -291,10 +291,10 @@ class Scheduler:
         """
         e = self._e
         e.refill_at = -1
-        flights = e._flights
+        flights = e.flights
         sent = False
-        while (((e._parked and not flights) or (len(flights) == 1 and round_only(flights[0])))
-               and not e.purge_waiters and e._kick_error is None
+        while (((e.parked and not flights) or (len(flights) == 1 and round_only(flights[0])))
+               and not e.purge_waiters and e.kick_error is None
                and e.state is Lifecycle.OPEN):
             now = self.send_next_flight()
             if now is None:
@@ -316,13 +316,13 @@ class Scheduler:
         put or get), and the ioLoop is woken for it."""
         e = self._e
         try:
-            flight = e._next_flight()
+            flight = e.next_flight()
         except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it
             e.kick_failed(exc)
             return None
         if flight is None:
             return False
-        e._flights.append(flight)
+        e.flights.append(flight)
         wake(e.inline.beside_wake)  # the ioLoop may wait for a sync round alone: it has company now
         return True
 
@@ -335,11 +335,11 @@ class Scheduler:
         sent first would leave the round waiting as long as reads are due.
         """
         e = self._e
-        flights = e._flights
+        flights = e.flights
         # Only a round that will run now goes first: while a failed one waits for its retry
         # time, the job is a plain write, and holding the read back for it would starve the
         # consumer for as long as producers keep the pending batch full.
-        sync_first = (not flights and self.sync_wanted() and e._sync_may_retry()
+        sync_first = (not flights and self.sync_wanted() and e.sync_may_retry()
                       and self.lane_read_job() is not None)
         if not sync_first and (not flights or (len(flights) == 1 and round_only(flights[0]))):
             return self.lane_read(), False, False
