@@ -157,10 +157,8 @@ class QueueBuffers:
         self.native_lane = False  # appends go to the native write lane
 
     def kick(self) -> bool:
-        """A put landed in an empty pending batch (the engine may send it at once).
-
-        Returns True if the engine took care of the batch: the ioLoop need not wake.
-        """
+        """A put landed in an empty pending batch (the engine may send it at once). True
+        if the engine took care of the batch: the ioLoop need not wake."""
         return False
 
     def refill(self) -> None:
@@ -290,10 +288,28 @@ class QueueBuffers:
             return QueueClosed(f"queue {name!r} is shut down")
         return QueueClosed(f"queue {name!r} is closed")
 
+    def landed(self, n: int, waiters: list[asyncio.Future[None]], at: tuple[int, int],
+               handoff: list[Record] | Stretch | None, handoff_bytes: int, stale: bool,
+               error: DiskQueueError | None = None) -> None:
+        """``n`` messages are written up to ``at``: the one path of a finished write, from
+        any writer. Count them, hand ``handoff`` to the reader, resolve their ``waiters`` or
+        fail them with ``error`` (not known to be durable); a ``stale`` batch (purged since)
+        is neither counted nor handed over."""
+        self.write_at = at
+        self.unwritten -= n
+        if not stale:
+            self._depth += n  # a take quota stays: it assumes nothing about depth
+            if handoff is not None:
+                self.add_ready(handoff, handoff_bytes)
+                self.read_at = at
+        if error is None:
+            succeed(waiters)
+        else:
+            fail(waiters, error)
+
     def wake_waiters(self) -> None:
-        """Wake as many put() calls blocked on maxsize as there is room for, and as many
-        blocked get() calls as messages are ready: the one place a waiter is woken for
-        room or for a message. A woken waiter only wakes its task, which checks again."""
+        """Wake as many put() calls blocked on maxsize as there is room for, and get() calls
+        as messages are ready: the one place a waiter is woken for room or a message."""
         putters = self.putters
         if putters:
             room = self.maxsize - self.qsize()

@@ -22,7 +22,6 @@ from collections import deque
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
-from .._format.scan import Record
 from ..errors import DiskQueueError
 from . import lane as _lane
 from .buffers import Lifecycle, fail, succeed, wake
@@ -31,7 +30,6 @@ from .flight import MAX_FLIGHTS, Flight, next_done
 from .inline import InlineWrites
 from .iothread import IOThread
 from .options import Options
-from .position import Stretch
 from .schedule import Scheduler
 from .store import Job, JobResult, OpenState, SegmentStore
 
@@ -58,9 +56,8 @@ class Engine(ErrorPaths):
         self.lane: _lane.WriteLane | None = None
         self.parked = False  # the ioLoop waits between hops: a put may send a hop itself
         self.kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
-        # Puts a lone producer may still write itself (InlineWrites.write_one). Read by
-        # DiskQueue.put on every put, so it lives here, not behind an attribute of
-        # self.inline; InlineWrites sets it (its one write to the engine's state).
+        # Puts a lone producer may still write itself: read by DiskQueue.put on every put,
+        # so it lives here, not in self.inline, which sets it (InlineWrites.write_one).
         self._direct_left = 0
         self.inline = InlineWrites(self)
         self.sched = Scheduler(self)
@@ -115,7 +112,6 @@ class Engine(ErrorPaths):
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
 
     def _open_blocking(self) -> OpenState:
-
         os.makedirs(self.layout.directory, exist_ok=True)
         self.lock.acquire()
         try:
@@ -198,7 +194,7 @@ class Engine(ErrorPaths):
         if flights and flights[-1].meta is not None:
             return None  # only a read goes behind a meta store on the lane (read_first)
         if flights and flights[-1].on_lane:
-            if (self._full_hop_due()
+            if (sched.full_hop_due()
                     or not sched.lane_fits(sched.lane_end, size, self.sync_every == 1)):
                 return None
             job = self._build_job(pipelined=True)
@@ -221,22 +217,12 @@ class Engine(ErrorPaths):
 
     def kick_failed(self, exc: BaseException,
                     waiters: list[asyncio.Future[None]] | None = None) -> None:
-        """Sending work from outside the ioLoop (a put, a take) failed: keep ``exc`` for the
-        ioLoop to raise, not the caller's put or get, and ``waiters`` for its close to
-        fail; wake it."""
+        """Sending work from a put or a take failed: the ioLoop raises ``exc`` (not the
+        caller) and its close fails ``waiters``."""
         if waiters is not None:
             self._batch_waiters = waiters
         self.kick_error = exc
         wake(self.put_req)
-
-    def _full_hop_due(self) -> bool:
-        """Is something due that only a hop built with no flight out can do (a sync
-        round, the meta, a read for a consumer that fell behind)? Then no more lane
-        writes are chained: busy producers would otherwise keep the lane in flight
-        forever and starve syncs and reads."""
-        if self.sync_waiters or self._force_meta or self.purge_waiters:
-            return True
-        return self.sync_round_due() or self.read_due()
 
     def sync_round_due(self) -> bool:
         """Is the periodic sync round due: by count (the pending puts included) or time?"""
@@ -261,14 +247,12 @@ class Engine(ErrorPaths):
     def take_batch(self) -> tuple[list[asyncio.Future[None]], list[asyncio.Future[None]]]:
         """The put and sync waiters of the job just built, for the flight that sends it."""
         taken = self._batch_waiters, self._sync_batch
-        self._batch_waiters = []
-        self._sync_batch = []
+        self._batch_waiters, self._sync_batch = [], []
         return taken
 
     def redo_on_thread(self, flight: Flight) -> None:
-        """Send the job of a native meta store that failed to the I/O thread, first in
-        line and with its waiters: its portable steps redo the store or raise what is
-        wrong."""
+        """Send a failed native meta store's job to the I/O thread, first, with its waiters:
+        its portable steps redo the store or raise what is wrong."""
         assert self.io is not None
         self.flights.appendleft(Flight(flight.job, self.io.run(self.store.run, flight.job),
                                         self.epoch, flight.waiters, flight.sync_waiters))
@@ -409,8 +393,9 @@ class Engine(ErrorPaths):
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
             consumer_at = self.stored_at()  # a take's messages in hand stay unconsumed
-            store_meta = (force or consumer_at != self._last_read()
-                          or self.write_at[0] != self._last_write_file())
+            last = self._last_meta
+            store_meta = (force or last is None or consumer_at != last.read
+                          or self.write_at[0] != last.write_file_num)
             if store_meta:
                 job.meta_read = consumer_at
                 job.meta_depth = self.depth + self.handing
@@ -440,12 +425,6 @@ class Engine(ErrorPaths):
         self.pending, self.put_waiters = [], []
         self.pending_bytes = 0
         return taken
-
-    def _last_read(self) -> tuple[int, int] | None:
-        return self._last_meta.read if self._last_meta is not None else None
-
-    def _last_write_file(self) -> int | None:
-        return self._last_meta.write_file_num if self._last_meta is not None else None
 
     def _meta_changed(self) -> bool:
         m = self._last_meta
@@ -524,37 +503,6 @@ class Engine(ErrorPaths):
         # The consumer sends the next read itself at the low-water mark (see refill).
         self.refill_at = (self.low_water if self.read_at < self.write_at
                           and self.corruption is None else -1)
-
-    def landed(self, n: int, waiters: list[asyncio.Future[None]], at: tuple[int, int],
-               handoff: list[Record] | Stretch | None, handoff_bytes: int, stale: bool,
-               error: DiskQueueError | None = None) -> None:
-        """A batch of ``n`` messages is written, the write position now ``at``: the one
-        path a finished write takes, whoever wrote it (the I/O thread, the write lane,
-        the loop). Counts it, hands ``handoff`` (``handoff_bytes`` of payloads) to the
-        reader, resolves the puts waiting for it, or fails them with ``error`` (written,
-        not known to be durable). A ``stale`` batch (purged since it was sent) is neither
-        counted nor handed over."""
-        self.write_at = at
-        self.unwritten -= n
-        if not stale:
-            self._depth += n  # a take quota stays: it assumes nothing about depth
-            if handoff is not None:
-                self.add_ready(handoff, handoff_bytes)
-                self.read_at = at
-        if error is None:
-            succeed(waiters)
-        else:
-            fail(waiters, error)
-
-    def handoff(self, payloads: list[bytes], file_num: int, pos: int, size: int
-                ) -> Stretch | None:
-        """Where a batch appended at ``pos`` of segment ``file_num`` (``size`` bytes as
-        records) lies, if the reader has caught up to it and it fits the read-ahead: it
-        is handed over, no read needed. Else None."""
-        if (self.read_at == (file_num, pos) and self.corruption is None
-                and self.ready_bytes + size <= self.opts.read_buffer_bytes):
-            return Stretch(payloads, file_num, pos, pos + size)
-        return None
 
     async def _idle(self) -> None:
         loop = self.loop

@@ -236,7 +236,7 @@ class InlineWrites:
         else:  # the store takes it when the sync round beside which it ran is done
             self._deferred += size
             e.bytes_on_disk += size
-        handoff = None if stale else e.handoff(payloads, file_num, pos, size)
+        handoff = None if stale else e.sched.handoff(payloads, file_num, pos, size)
         e.landed(n, waiters, (file_num, pos + size), handoff, size - HEADER_SIZE * n, stale)
         if handoff is None and not stale and e.corruption is None:
             # Left on disk (the read-ahead is full, or the batch is larger than it): the

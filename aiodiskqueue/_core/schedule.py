@@ -74,6 +74,17 @@ class Scheduler:
             self.meta_lane.close()
             self.meta_lane = None
 
+    def handoff(self, payloads: list[bytes], file_num: int, pos: int, size: int
+                ) -> Stretch | None:
+        """Where a batch appended at ``pos`` of segment ``file_num`` (``size`` bytes as
+        records) lies, if the reader has caught up to it and it fits the read-ahead: it
+        is handed over, no read needed. Else None."""
+        e = self._e
+        if (e.read_at == (file_num, pos) and e.corruption is None
+                and e.ready_bytes + size <= e.opts.read_buffer_bytes):
+            return Stretch(payloads, file_num, pos, pos + size)
+        return None
+
     def lane_result(self, flight: Flight, outcome: LaneResult | None = None) -> JobResult:
         """Turn ``e``'s lane flight's (written, write errno, sync errno), its future's result
         unless ``outcome`` is given (an inline write), into a JobResult.
@@ -99,7 +110,7 @@ class Scheduler:
                 res.synced = synced
                 if serr:
                     res.sync_error = OSError(serr, os.strerror(serr))
-            res.handoff = e.handoff(job.payloads, lw.file_num, lw.pos, lw.total)
+            res.handoff = self.handoff(job.payloads, lw.file_num, lw.pos, lw.total)
             if res.handoff is not None:
                 res.handoff_bytes = lw.total - HEADER_SIZE * len(job.payloads)
         res.write_at = (st.write_file, st.write_pos)
@@ -213,6 +224,16 @@ class Scheduler:
             return None
         return JobResult(synced=True, meta=meta, write_at=(st.write_file, st.write_pos),
                          bytes_on_disk=st.bytes_on_disk)
+
+    def full_hop_due(self) -> bool:
+        """Is something due that only a hop built with no flight out can do (a sync
+        round, the meta, a read for a consumer that fell behind)? Then no more lane
+        writes are chained: busy producers would otherwise keep the lane in flight
+        forever and starve syncs and reads."""
+        e = self._e
+        if e.sync_waiters or e.meta_due or e.purge_waiters:
+            return True
+        return e.sync_round_due() or e.read_due()
 
     def sync_wanted(self) -> bool:
         """Is a sync round (or the meta) due now?"""
