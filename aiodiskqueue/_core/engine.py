@@ -8,6 +8,13 @@ runs it in a single hop on the queue's I/O thread, and applies the result. While
 a hop runs, producers keep appending to the next batch: the batch size adapts to
 the load, and many producers never mean many thread hops.
 
+Its helpers, each owning its state: :class:`~.schedule.Scheduler` (which native thread
+a job may go to, and what its result means), :class:`~.inline.InlineWrites` (small
+batches written from the loop) and, below them, :class:`~.lane.WriteLane` and
+:class:`~.iothread.IOThread`. Every finished write goes through
+:meth:`~.buffers.QueueBuffers.landed`, every waiter woken for room or a message through
+:meth:`~.buffers.QueueBuffers.wake_waiters`.
+
 The hot paths (``put``/``get``) live in :mod:`aiodiskqueue.queue` and touch
 only in-memory state held here; every file operation goes through the engine.
 """
@@ -377,7 +384,7 @@ class Engine(ErrorPaths):
         dirty = self.since_sync > 0 or self._meta_changed()
         # The meta stored once after open comes after the first read ahead, not in its hop:
         # a reopened backlog's first messages do not wait for two fsyncs, and the meta
-        # then goes to the native meta thread beside the next read (lane.meta_job).
+        # then goes to the native meta thread beside the next read (Scheduler.meta_job).
         first_read = (self._force_meta and read and not closing and not job.payloads
                       and not self.sync_waiters and not self.ready and not self.gets
                       and self.read_due())
@@ -421,7 +428,7 @@ class Engine(ErrorPaths):
         """Move every pending message, and the put waiters, into the next hop."""
         taken = self.pending
         self._batch_waiters = self.put_waiters
-        self._direct_left = 0  # a batch not written by inline.flush: see inline.write_one
+        self._direct_left = 0  # a batch not written by InlineWrites.flush: see write_one
         self.pending, self.put_waiters = [], []
         self.pending_bytes = 0
         return taken

@@ -1,35 +1,21 @@
 """Writes from the loop: a small batch written and applied by one callback, no ioLoop step.
 
-A single producer awaiting each ``put()`` leaves the loop with nothing to do while
-its record is written, so the round trip through the ioLoop and the writer thread's
-eventfd only adds wake-ups: on a VM whose idle vCPUs halt, each costs tens of
-microseconds. So when a put lands in an empty batch while nothing is in flight, the
-engine schedules :meth:`InlineWrites.flush` at the end of the loop iteration (``call_soon``): the
-producers that were ready in the same iteration append their puts first, and the
-batch is written in one go, by default on the native writer thread while the loop
-polls for it for at most ``lane.POLL_WAIT_NS`` (:meth:`.lane.WriteLane.write_polled`),
-with ``inline_writes=True`` by the loop itself (one ``pwritev``, records framed in C,
-the GIL released while it runs). Then the batch's bookkeeping is applied and its
-producers are woken by the same callback. A polled write that outlasts the poll
-becomes a lane flight like any other, applied by the ioLoop when the eventfd says it
-is done. ``await put()`` still returns only after its record is written to the OS.
+When a put lands in an empty batch while nothing but a sync round is in flight, the
+engine schedules :meth:`InlineWrites.flush` at the end of the loop iteration
+(``call_soon``): the producers ready in the same iteration append their puts first;
+then the batch is written in one go, polled for on the write lane
+(:meth:`.WriteLane.write_polled`) or, with ``inline_writes=True``, by the loop itself,
+and applied, its producers woken, by the same callback: no ioLoop step, no eventfd
+wake-up (why those are dear: :mod:`.lane`). ``await put()`` still returns only after its
+record is written to the OS. A polled write that outlasts the poll becomes a lane flight
+the ioLoop applies.
 
-What stays off this path: batches over :data:`INLINE_MAX` bytes (the native writer
-thread writes them while the loop runs), every ``fdatasync``, the meta file, rolling
-to a new segment, reads, and the first write after a failed one (the I/O thread cuts
-the segment back). If the kernel starts throttling inline writes
-(:data:`INLINE_SLOW` in a row slower than :data:`INLINE_STALL`), the next batches go
-to the writer thread for :data:`INLINE_BACKOFF` seconds, so other tasks on the loop
-are not held up behind the disk.
-
-The periodic sync round does not hold producers up either: once half of
-``sync_every`` puts are written, the round (``fdatasync``, the meta file) starts on
-the I/O thread and inline writes go on beside it for what ``sync_every`` leaves: the
-round covers every message written before it (a batch may take it past half), and
-those beside it stay below ``sync_every`` together with them; a batch that would take
-the count past ``sync_every`` goes to the ioLoop, which writes and fsyncs it in one hop.
-So at most ``sync_every`` messages written from the loop are ever not yet fsynced. Its
-meta is the state before those writes (the store learns of them when the round is done).
+Not on this path: batches over :data:`INLINE_MAX`, every ``fdatasync``, the meta file,
+rolling to a new segment, reads, the first write after a failed one; nor any batch for
+:data:`INLINE_BACKOFF` seconds after :data:`INLINE_SLOW` writes in a row slower than
+:data:`INLINE_STALL`. The periodic sync round runs beside these writes on the I/O
+thread, and at most ``sync_every`` messages written from the loop are ever not yet
+fsynced (see :meth:`InlineWrites.start_sync_round`).
 """
 
 from __future__ import annotations
@@ -58,7 +44,8 @@ INLINE_SLOW = 3
 #: ... for this many seconds.
 INLINE_BACKOFF = 1.0
 #: A producer alone writes at most this many puts in a row from ``put()`` itself (see
-#: :func:`write_one`) before one goes the usual way and lets the loop's other tasks run.
+#: :meth:`InlineWrites.write_one`) before one goes the usual way and lets the loop's
+#: other tasks run.
 DIRECT_RUN = 32
 
 _LIVE = (Lifecycle.OPEN, Lifecycle.SHUTDOWN)
@@ -240,7 +227,7 @@ class InlineWrites:
         e.landed(n, waiters, (file_num, pos + size), handoff, size - HEADER_SIZE * n, stale)
         if handoff is None and not stale and e.corruption is None:
             # Left on disk (the read-ahead is full, or the batch is larger than it): the
-            # consumer asks for the read at its low-water mark (see lane.refill), and one
+            # consumer asks for the read at its low-water mark (see Scheduler.refill), and one
             # that waits already gets it from the ioLoop now.
             e.refill_at = e.low_water
             if e.read_due():
@@ -288,9 +275,15 @@ class InlineWrites:
 
     def start_sync_round(self) -> None:
         """Send the due sync round (fdatasync, the meta) to the I/O thread as a hop of its
-        own; while it runs, inline writes go on beside it, so producers never wait for its
-        fdatasync. What it stores was written before it started: its meta is taken before
-        the writes beside it reach the store (see :meth:`settle`)."""
+        own, once half of ``sync_every`` puts are written; while it runs, inline writes go
+        on beside it, so producers never wait for its fdatasync.
+
+        The round covers every message written before it (a batch may take it past half);
+        those written beside it stay below ``sync_every`` together with them (a batch
+        that would take the count past it goes to the ioLoop, which writes and fsyncs it
+        in one hop): at most ``sync_every`` messages written from the loop are ever not
+        yet fsynced. Its meta is the state before the writes beside it, which the store
+        learns of when the round is done (see :meth:`settle`)."""
         e = self._e
         covered = e.since_sync + len(e.pending)  # the round takes what is pending too
         flight = e.next_flight(sync_at=self.half())  # the round is due at half of sync_every

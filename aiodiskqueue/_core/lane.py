@@ -1,30 +1,17 @@
-"""The write lane: appends framed batches on a native thread that never takes the GIL.
+"""The write lane: one native thread per queue that writes, reads and stores the meta
+without the GIL.
 
-A hop to the Python I/O thread costs two cross-CPU wake-ups on a machine whose
-idle vCPUs halt: one to start the thread, one for the GIL it needs to run. The
-native writer (``aiodiskqueue._core._writer``, built from ``_writer.c`` when a C
-compiler is present) only writes a batch of payloads as records at an offset
-(``pwritev``, then ``fdatasync`` if asked), polls briefly for the next batch
-before it sleeps, and reports completions through an eventfd the event loop
-watches. The engine sends
-it appends that stay inside the current segment and keeps everything else on the
-I/O thread; the two never run at the same time. A small batch sent while nothing is in
-flight is polled for (:meth:`WriteLane.write_polled`: the loop waits a few microseconds
-for the writer instead of being woken by its eventfd), or with ``inline_writes=True``
-written by the loop's own thread (``write_now``); see ``inline.py``.
+The native writer (``_writer``, built from ``_writer.c`` where a C compiler is present)
+appends batches as records (``pwritev``, then ``fdatasync`` if asked), reads into a
+buffer (``pread``) or stores a meta file, in order, polls briefly for its next job
+before it sleeps, and reports completions through an eventfd the loop watches.
 
-The same thread reads ahead for the consumer (:func:`read_plan`, :func:`read_result`):
-a pread into a buffer, split into payloads on the loop in C when it is done (the
-read-ahead keeps where they lie as one stretch, see ``position.py``). A
-Python I/O thread would need the GIL to start each read and again to finish it,
-and a consumer taking ready messages holds the GIL without a break: measured here,
-such a thread waited 5 ms (the interpreter's switch interval) or more for it each
-time, longer than the consumer takes to empty half of the read-ahead. The native
-thread needs no GIL, so the next read is done before the consumer gets to it.
-Only plain reads go there (a segment already open for reading, up to its known
-end); anything unusual (a bad length, a torn record, a short read, a record
-larger than the read) sends the next read to the I/O thread, which handles it
-exactly as before.
+Why a native thread: on a VM whose idle vCPUs halt, every hand-off to a Python thread
+pays two cross-CPU wake-ups (the job, then the GIL it needs), and a consumer taking
+ready messages holds the GIL for up to the switch interval (5 ms) at a time; this
+thread needs neither. The same reason makes the loop poll for a small job
+(:meth:`WriteLane.poll`) rather than be woken by the eventfd. Which job goes here and
+what its result means is :mod:`.schedule`'s to decide.
 
 Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write and read through the I/O thread only.
 """
@@ -139,12 +126,10 @@ class WriteLane:
         """Wait briefly on the calling thread (the loop) for the oldest job in flight, and
         resolve its future, and those of the jobs done with it, if it is done.
 
-        Why: a small write takes the writer thread a few microseconds, but on a VM whose
-        idle vCPUs halt, waking the loop through the eventfd costs tens, and a writer
-        that then finds no next batch within its spin window sleeps and costs another
-        wake-up for the next put. The wait is bounded (:data:`POLL_WAIT_NS`, the GIL
-        released): the loop never waits for the disk longer than that, and a job that
-        takes longer completes through the eventfd.
+        A small write takes the writer a few microseconds, less than the wake-up through
+        the eventfd it saves (see the module's header). The wait is bounded
+        (:data:`POLL_WAIT_NS`, the GIL released): a job that takes longer completes
+        through the eventfd.
         After :data:`POLL_MISSES` misses in a row (a slow disk, large batches), the next
         :data:`POLL_REST` jobs are not polled for.
         """

@@ -152,7 +152,7 @@ class Scheduler:
         res = JobResult(write_at=(st.write_file, st.write_pos), bytes_on_disk=st.bytes_on_disk)
         if e.inline.beside is not None:
             # Beside the sync round that the loop's writes run beside, the store does not know
-            # those writes yet (inline.settle tells it): the engine's own position stands.
+            # those writes yet (InlineWrites.settle tells it): the engine's own position stands.
             res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
         if err:
             self._read_on_thread = True

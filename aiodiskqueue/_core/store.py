@@ -111,7 +111,7 @@ class SegmentStore:
         self._sizes: dict[int, int] = {}
         self._swap: Swap | None = None  # the meta store's native common case (see open)
         # The last meta store took that native path: the spare exists and names can be
-        # swapped here, so the native meta thread may store a consumer's (lane.meta_job).
+        # swapped here, so the native meta thread may store a consumer's (Scheduler.meta_job).
         self.swap_ok = False
         self.bytes_on_disk = 0
         self.meta_on_disk: Meta | None = None
