@@ -50,7 +50,7 @@ class Engine(ErrorPaths):
         self.timer: asyncio.Future[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
         self._sync_due_at = 0.0
-        self._force_meta = False
+        self.meta_due = False  # the next sync round stores the meta: the first after open
         self._last_meta: Meta | None = None
         self._batch_waiters: list[asyncio.Future[None]] = []
         self._sync_batch: list[asyncio.Future[None]] = []
@@ -100,7 +100,7 @@ class Engine(ErrorPaths):
         self.recovered = st.recovered
         self._check_depth_floor()
         self._last_meta = None  # the first sync always stores a meta of ours
-        self._force_meta = True
+        self.meta_due = True
         loop = self.loop
         self.put_req = loop.create_future()
         self.sync_req = loop.create_future()
@@ -278,7 +278,7 @@ class Engine(ErrorPaths):
         failing the flight's waiters with a DiskQueueError)."""
         try:
             if flight is self.inline.beside:
-                res = self.inline.settle(flight)
+                res = self.inline.round_done(flight)
             elif flight.read is not None:
                 res = self.sched.read_result(flight)
             elif flight.meta is not None:
@@ -385,10 +385,10 @@ class Engine(ErrorPaths):
         # The meta stored once after open comes after the first read ahead, not in its hop:
         # a reopened backlog's first messages do not wait for two fsyncs, and the meta
         # then goes to the native meta thread beside the next read (Scheduler.meta_job).
-        first_read = (self._force_meta and read and not closing and not job.payloads
+        first_read = (self.meta_due and read and not closing and not job.payloads
                       and not self.sync_waiters and not self.ready and not self.gets
                       and self.read_due())
-        force = ((self._force_meta and not first_read) or bool(self.sync_waiters) or closing
+        force = ((self.meta_due and not first_read) or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
         if sync_at is None:
             sync_at = self.sync_every
@@ -408,7 +408,7 @@ class Engine(ErrorPaths):
                 job.meta_depth = self.depth + self.handing
             self.since_sync = self.handing
             self.sync_counted()
-            self._force_meta = False
+            self.meta_due = False
             self._sync_due_at = loop.time() + self.opts.sync_interval
         else:
             self._sync_batch = []
@@ -436,11 +436,6 @@ class Engine(ErrorPaths):
     def _meta_changed(self) -> bool:
         m = self._last_meta
         return m is None or m.read != self.consumer_at() or m.write != self.write_at
-
-    @property
-    def meta_due(self) -> bool:
-        """Must the next sync round store the meta whatever changed (the first after open)?"""
-        return self._force_meta
 
     def apply(self, flight: Flight, res: JobResult) -> None:
         """Apply the result of a finished flight: its write through :meth:`landed`, its

@@ -44,7 +44,7 @@ INLINE_SLOW = 3
 #: ... for this many seconds.
 INLINE_BACKOFF = 1.0
 #: A producer alone writes at most this many puts in a row from ``put()`` itself (see
-#: :meth:`InlineWrites.write_one`) before one goes the usual way and lets the loop's
+#: :func:`write_one`) before one goes the usual way and lets the loop's
 #: other tasks run.
 DIRECT_RUN = 32
 
@@ -54,7 +54,7 @@ _LIVE = (Lifecycle.OPEN, Lifecycle.SHUTDOWN)
 class InlineWrites:
     """An engine's writes from the loop, and the sync round they run beside: the state
     of both is its own; the engine asks it through :meth:`kick`, :meth:`beside_next`,
-    :meth:`before_next_done`, :meth:`settle` and :meth:`finished`."""
+    :meth:`before_next_done`, :meth:`round_done` and :meth:`finished`."""
 
     def __init__(self, e: Engine) -> None:
         self._e = e
@@ -129,26 +129,6 @@ class InlineWrites:
         # One producer alone (one put, awaited): its next puts may be written at once.
         e._direct_left = DIRECT_RUN if len(payloads) == 1 and len(waiters) == 1 else 0
         self._write(payloads, waiters, size)
-
-    def write_one(self, data: bytes, size: int, waiter: asyncio.Future[None]) -> bool:
-        """Write one awaited put (``size`` bytes as a record) from ``put()`` itself, before it
-        returns, if a producer is alone (the last batch :meth:`flush` wrote was one awaited
-        put) and :meth:`flush` could write it now; False if not (the put takes the usual way).
-
-        A lone producer gains a loop iteration and a task switch per put: it goes on without
-        suspending, as with ``asyncio.Queue.put``. After :data:`DIRECT_RUN` such puts in a row,
-        a put takes the usual way, so the producer yields to the other tasks of the loop.
-        ``waiter`` is done when this returns, unless the write outlasted its poll or failed
-        to start: then it is done when the ioLoop has applied or failed it.
-        """
-        e = self._e
-        if e._direct_left <= 0 or e.pending or not self._may_write(size, 1):
-            return False
-        e._direct_left -= 1
-        e.unwritten += 1
-        e.puts += 1
-        self._write([data], [waiter], size)
-        return True
 
     def _may_write(self, size: int, puts: int) -> bool:
         """May a batch of ``puts`` messages (``size`` bytes as records) be written from the
@@ -233,7 +213,8 @@ class InlineWrites:
             if e.read_due():
                 wake(e.put_req)
                 wake(self._beside_wake)
-        e.wake_waiters()
+        if e.putters or e.getters:
+            e.wake_waiters()
         if sync_due:
             self.start_sync_round()
         elif e.timer is None or e.timer.done():
@@ -283,7 +264,7 @@ class InlineWrites:
         that would take the count past it goes to the ioLoop, which writes and fsyncs it
         in one hop): at most ``sync_every`` messages written from the loop are ever not
         yet fsynced. Its meta is the state before the writes beside it, which the store
-        learns of when the round is done (see :meth:`settle`)."""
+        learns of when the round is done (see :meth:`round_done`)."""
         e = self._e
         covered = e.since_sync + len(e.pending)  # the round takes what is pending too
         flight = e.next_flight(sync_at=self.half())  # the round is due at half of sync_every
@@ -300,7 +281,7 @@ class InlineWrites:
             e.flights.append(flight)
             wake(e.put_req)
 
-    def settle(self, flight: Flight) -> JobResult:
+    def round_done(self, flight: Flight) -> JobResult:
         """The sync round beside inline writes is done: the store takes those writes now;
         the round's result, with the write position they reached (raises what it raised)."""
         e = self._e
@@ -406,6 +387,22 @@ class InlineWrites:
 
 
 def write_one(e: Engine, data: bytes, size: int, waiter: asyncio.Future[None]) -> bool:
-    """:meth:`InlineWrites.write_one` of ``e``: what ``DiskQueue.put`` calls while
-    ``e._direct_left`` says a producer is alone."""
-    return e.inline.write_one(data, size, waiter)
+    """Write one awaited put (``size`` bytes as a record) from ``put()`` itself, before it
+    returns, if a producer is alone (the last batch :meth:`InlineWrites.flush` wrote was
+    one awaited put) and that flush could write it now; False if not (the put takes the
+    usual way). A function, not a method: ``DiskQueue.put`` calls it on the engine.
+
+    A lone producer gains a loop iteration and a task switch per put: it goes on without
+    suspending, as with ``asyncio.Queue.put``. After :data:`DIRECT_RUN` such puts in a row,
+    a put takes the usual way, so the producer yields to the other tasks of the loop.
+    ``waiter`` is done when this returns, unless the write outlasted its poll or failed
+    to start: then it is done when the ioLoop has applied or failed it.
+    """
+    w = e.inline
+    if e._direct_left <= 0 or e.pending or not w._may_write(size, 1):
+        return False
+    e._direct_left -= 1
+    e.unwritten += 1
+    e.puts += 1
+    w._write([data], [waiter], size)
+    return True

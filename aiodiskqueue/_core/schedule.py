@@ -37,7 +37,8 @@ class Scheduler:
     def __init__(self, e: Engine) -> None:
         self._e = e
         self._lane_end = 0  # write offset after the last batch sent to the lane
-        self._lane_error: OSError | None = None  # a lane write failed: reset the writer
+        # A lane write failed: the next hop on the I/O thread resets the writer. Set only here.
+        self.lane_error: OSError | None = None
         self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
         self._read_buf: mmap.mmap | None = None  # what lane reads read into
         self.meta_lane: WriteLane | None = None  # a consumer's meta stores (meta_job)
@@ -48,11 +49,6 @@ class Scheduler:
         """The write offset after the last batch sent to the write lane."""
         return self._lane_end
 
-    @property
-    def lane_error(self) -> OSError | None:
-        """The failure of a lane write not yet cut back by the I/O thread, if any."""
-        return self._lane_error
-
     def lane_sent(self, end: int) -> None:
         """A batch written from the loop ends at offset ``end`` of the write segment."""
         self._lane_end = end
@@ -60,8 +56,8 @@ class Scheduler:
     def take_lane_error(self) -> bool:
         """Did a lane write fail since the last call? Then the next hop on the I/O thread
         cuts the segment back (resets the writer)."""
-        failed = self._lane_error is not None
-        self._lane_error = None
+        failed = self.lane_error is not None
+        self.lane_error = None
         return failed
 
     def thread_read(self) -> None:
@@ -98,10 +94,10 @@ class Scheduler:
         _written, werr, serr = outcome if outcome is not None else flight.fut.result()
         st = e.store
         res = JobResult()
-        if werr or self._lane_error is not None:
+        if werr or self.lane_error is not None:
             if werr:
-                self._lane_error = OSError(werr, os.strerror(werr))
-            res.write_error = self._lane_error
+                self.lane_error = OSError(werr, os.strerror(werr))
+            res.write_error = self.lane_error
         else:
             synced = job.sync and not serr
             st.appended(lw.total, synced)
@@ -122,7 +118,7 @@ class Scheduler:
         the I/O thread; else None. Called while no hop but a sync round is in flight."""
         e = self._e
         if (job.read_from is None or job.payloads is not None or job.sync or job.reset_writer
-                or job.recount_from is not None or e.lane is None or self._lane_error is not None
+                or job.recount_from is not None or e.lane is None or self.lane_error is not None
                 or self._read_on_thread):
             return None
         span = e.store.lane_read_from(*job.read_from)
@@ -136,7 +132,7 @@ class Scheduler:
         """The budget of a read sent to the I/O thread: :data:`OPENING_READ_BYTES` at most
         while this thread takes the reads after it (read_plan), else ``budget``."""
         e = self._e
-        if e.lane is None or self._lane_error is not None or self._read_on_thread:
+        if e.lane is None or self.lane_error is not None or self._read_on_thread:
             return budget
         return min(budget, OPENING_READ_BYTES)
 
@@ -152,7 +148,7 @@ class Scheduler:
         res = JobResult(write_at=(st.write_file, st.write_pos), bytes_on_disk=st.bytes_on_disk)
         if e.inline.beside is not None:
             # Beside the sync round that the loop's writes run beside, the store does not know
-            # those writes yet (InlineWrites.settle tells it): the engine's own position stands.
+            # those writes yet (InlineWrites.round_done tells it): the engine's own position stands.
             res.write_at, res.bytes_on_disk = e.write_at, e.bytes_on_disk
         if err:
             self._read_on_thread = True
@@ -265,7 +261,7 @@ class Scheduler:
         """Can a batch of ``size`` bytes go to the write lane as an append at ``pos``
         (followed by an fdatasync if ``sync``)?"""
         e = self._e
-        if e.lane is None or self._lane_error is not None or e.state is Lifecycle.CLOSING:
+        if e.lane is None or self.lane_error is not None or e.state is Lifecycle.CLOSING:
             return False
         st = e.store
         if st.writer_fd is None or (sync and st.dir_dirty):
