@@ -267,15 +267,17 @@ async def test_a_consumers_sync_rounds_store_the_meta_on_a_native_thread(
 
     monkeypatch.setattr(lane_mod.WriteLane, "submit_swap", spy)
     redone: list[int] = []
-    real_result = lane_mod.meta_result
+    from aiodiskqueue._core.schedule import Scheduler
 
-    def result(e: Any, flight: Any) -> Any:
-        res = real_result(e, flight)
+    real_result = Scheduler.meta_result
+
+    def result(s: Scheduler, flight: Any) -> Any:
+        res = real_result(s, flight)
         if res is None:
             redone.append(flight.fut.result()[2])
         return res
 
-    monkeypatch.setattr(lane_mod, "meta_result", result)
+    monkeypatch.setattr(Scheduler, "meta_result", result)
     q = await make_queue(tmp_path, sync_every=10, sync_interval=3600)
     await q.put_many([b"%06d" % i for i in range(200)])
     await q.sync()  # the first store makes the spare

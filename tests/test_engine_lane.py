@@ -677,7 +677,7 @@ async def test_a_purge_drops_a_loop_write_that_outlasted_its_poll(
     await asyncio.sleep(0.01)  # the consumer is caught up and waits
     put = asyncio.create_task(q.put(b"before-purge"))
     await asyncio.sleep(0)  # the put runs: its write is sent and not yet done
-    assert any(f.lane is not None and f.lane.from_loop for f in q._e._flights)
+    assert any(f.lane is not None and f.lane.from_loop for f in q._e.flights)
     await q.purge()
     await put
     await q.put(b"after-purge")

@@ -28,7 +28,7 @@ async def _all_ready(q: DiskQueue, n: int) -> None:
     """Wait until ``n`` messages are ready in memory and the ioLoop is idle."""
     e = q._e
     for _ in range(500):
-        if len(e.ready) >= n and e._parked and not e._flights:
+        if len(e.ready) >= n and e.parked and not e.flights:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{len(e.ready)} of {n} messages ready")

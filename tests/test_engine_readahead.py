@@ -15,6 +15,8 @@ from helpers_format import seg_name
 
 from aiodiskqueue import CorruptionError, DiskQueue, QueueEmpty
 from aiodiskqueue._core import lane as _lane
+from aiodiskqueue._core.flight import round_only
+from aiodiskqueue._core.schedule import Scheduler
 from aiodiskqueue._format.meta import Meta, store_meta
 
 SIZE = 1000  # payload bytes; a record is 1,004
@@ -158,13 +160,13 @@ async def test_damage_met_by_a_lane_read_ends_as_on_the_io_thread(
 async def test_reads_go_beside_sync_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIODISKQUEUE_PURE_PYTHON", raising=False)
     beside: list[int] = []
-    real = _lane.dispatch_read
+    real = Scheduler.dispatch_read
 
-    def spy(e: Any, *args: Any) -> Any:
-        beside.append(len(e._flights))  # 1: a sync round is in flight
-        return real(e, *args)
+    def spy(s: Scheduler, *args: Any) -> Any:
+        beside.append(len(s._e.flights))  # 1: a sync round is in flight
+        return real(s, *args)
 
-    monkeypatch.setattr(_lane, "dispatch_read", spy)
+    monkeypatch.setattr(Scheduler, "dispatch_read", spy)
     await fill(tmp_path, 3 * PER_FILE)
     got: list[bytes] = []
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=8192,
@@ -289,7 +291,7 @@ async def _take_ready_without_yielding(q: DiskQueue, got: list[bytes],
     every ready message with ``get_nowait()`` and no await between them."""
     e = q._e
     for _ in range(500):
-        if e._parked and not e._flights and e.statistics().syncs:
+        if e.parked and not e.flights and e.statistics().syncs:
             break
         await asyncio.sleep(0.01)
     before()
@@ -308,13 +310,13 @@ async def _consumer_on_the_lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("AIODISKQUEUE_PURE_PYTHON", "0")
     if not _lane.available():
         pytest.skip("the native module is not built")
-    real = _lane.dispatch_read
+    real = Scheduler.dispatch_read
 
-    def spy(e: Any, *args: Any) -> Any:
-        on_read(e)
-        return real(e, *args)
+    def spy(s: Scheduler, *args: Any) -> Any:
+        on_read(s._e)
+        return real(s, *args)
 
-    monkeypatch.setattr(_lane, "dispatch_read", spy)
+    monkeypatch.setattr(Scheduler, "dispatch_read", spy)
     await fill(tmp_path, PER_FILE)
     async with DiskQueue(tmp_path, "q", max_bytes_per_file=100_000, read_buffer_bytes=65536,
                          sync_every=5, sync_interval=3600.0) as q:
@@ -337,7 +339,7 @@ async def test_a_consumer_that_never_yields_gets_its_read_beside_the_round_it_ma
 
     def on_read(e: Any) -> None:
         if tight[0]:
-            beside.append([_lane.round_only(f) for f in e._flights])
+            beside.append([round_only(f) for f in e.flights])
 
     async with _consumer_on_the_lane(tmp_path, monkeypatch, on_read) as (q, got):
         await _take_ready_without_yielding(q, got, lambda: tight.__setitem__(0, True))
@@ -354,7 +356,7 @@ async def test_a_round_a_take_starts_leaves_the_message_in_hand_unconsumed(
     seen: list[tuple[Any, Any, Any]] = []
 
     def on_read(e: Any) -> None:
-        for f in e._flights:
+        for f in e.flights:
             if f.job.meta_read is not None and e.handing:
                 seen.append((f.job.meta_read, e.stored_at(), e.consumer_at()))
 

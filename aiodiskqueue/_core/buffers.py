@@ -157,10 +157,8 @@ class QueueBuffers:
         self.native_lane = False  # appends go to the native write lane
 
     def kick(self) -> bool:
-        """A put landed in an empty pending batch (the engine may send it at once).
-
-        Returns True if the engine took care of the batch: the ioLoop need not wake.
-        """
+        """A put landed in an empty pending batch (the engine may send it at once). True
+        if the engine took care of the batch: the ioLoop need not wake."""
         return False
 
     def refill(self) -> None:
@@ -289,6 +287,41 @@ class QueueBuffers:
         if self.state is QUEUE_SHUTDOWN:
             return QueueClosed(f"queue {name!r} is shut down")
         return QueueClosed(f"queue {name!r} is closed")
+
+    def landed(self, n: int, waiters: list[asyncio.Future[None]], at: tuple[int, int],
+               handoff: list[Record] | Stretch | None, handoff_bytes: int, stale: bool,
+               error: DiskQueueError | None = None) -> None:
+        """``n`` messages are written up to ``at``: the one path of a finished write, from
+        any writer. Count them, hand ``handoff`` to the reader, resolve their ``waiters`` or
+        fail them with ``error`` (not known to be durable); a ``stale`` batch (purged since)
+        is neither counted nor handed over."""
+        self.write_at = at
+        self.unwritten -= n
+        if not stale:
+            self._depth += n  # a take quota stays: it assumes nothing about depth
+            if handoff is not None:
+                self.add_ready(handoff, handoff_bytes)
+                self.read_at = at
+        if error is None:
+            succeed(waiters)
+        else:
+            fail(waiters, error)
+
+    def wake_waiters(self) -> None:
+        """Wake as many put() calls blocked on maxsize as there is room for, and get() calls
+        as messages are ready: the one place a waiter is woken for room or a message."""
+        putters = self.putters
+        if putters:
+            room = self.maxsize - self.qsize()
+            while putters and room > 0:
+                w = putters.popleft()
+                if not w.done():  # a cancelled one takes no room
+                    w.set_result(None)
+                    room -= 1
+        getters, ready = self.getters, self.ready
+        if getters and ready:
+            for _ in range(min(len(ready), len(getters))):
+                wake(getters.popleft())
 
     def wake_all_getters(self) -> None:
         """Wake every blocked get() so it can see a state change."""
@@ -505,12 +538,7 @@ class QueueBuffers:
         if self.since_sync >= self.sync_every:
             wake(self.sync_req)
         if self.putters:
-            room = self.maxsize - self.qsize()
-            while self.putters and room > 0:
-                w = self.putters.popleft()
-                if not w.done():
-                    w.set_result(None)
-                    room -= 1
+            self.wake_waiters()
         if self.state is QUEUE_SHUTDOWN and not self.qsize():
             self.wake_all_getters()  # drained: blocked getters raise QueueClosed now
 

@@ -8,6 +8,13 @@ runs it in a single hop on the queue's I/O thread, and applies the result. While
 a hop runs, producers keep appending to the next batch: the batch size adapts to
 the load, and many producers never mean many thread hops.
 
+Its helpers, each owning its state: :class:`~.schedule.Scheduler` (which native thread
+a job may go to, and what its result means), :class:`~.inline.InlineWrites` (small
+batches written from the loop) and, below them, :class:`~.lane.WriteLane` and
+:class:`~.iothread.IOThread`. Every finished write goes through
+:meth:`~.buffers.QueueBuffers.landed`, every waiter woken for room or a message through
+:meth:`~.buffers.QueueBuffers.wake_waiters`.
+
 The hot paths (``put``/``get``) live in :mod:`aiodiskqueue.queue` and touch
 only in-memory state held here; every file operation goes through the engine.
 """
@@ -16,64 +23,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import mmap
 import os
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
 
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
 from ..errors import DiskQueueError
-from . import inline as _inline
 from . import lane as _lane
 from .buffers import Lifecycle, fail, succeed, wake
 from .errorpaths import ErrorPaths
-from .iothread import Hop, IOThread
+from .flight import MAX_FLIGHTS, Flight, next_done
+from .inline import InlineWrites
+from .iothread import IOThread
 from .options import Options
+from .schedule import Scheduler
 from .store import Job, JobResult, OpenState, SegmentStore
 
 log = logging.getLogger("aiodiskqueue")
-
-# Hops in flight at once. A second hop is sent when puts arrive while one runs (with
-# sync_every=1, while its fsync runs), so the I/O thread goes straight on to it.
-# Splitting one pending batch into two pipelined hops was measured slower: the I/O
-# thread then waits for the GIL while the loop wakes producers.
-# With two, what follows a meta store on the native meta thread is at most a lane read
-# (see _next_flight, lane.read_first and lane.next_done, which rely on it).
-_MAX_FLIGHTS = 2
-
-
-@dataclass(slots=True)
-class _Flight:
-    """A hop in flight, with the futures its result resolves."""
-
-    job: Job
-    fut: Hop[Any]  # JobResult from the I/O thread, LaneResult from the write lane
-    epoch: int
-    waiters: list[asyncio.Future[None]]
-    sync_waiters: list[asyncio.Future[None]]
-    lane: _LaneWrite | None = None
-    read: _lane.LaneRead | None = None
-    meta: Meta | None = None  # a meta store on the native meta thread (lane.meta_job)
-
-    @property
-    def on_lane(self) -> bool:
-        """Is this a job of a native thread (a write, a read or a meta store), not of the
-        I/O thread?"""
-        return self.lane is not None or self.read is not None or self.meta is not None
-
-
-@dataclass(slots=True)
-class _LaneWrite:
-    """What a write-lane flight appended, for turning its outcome into a JobResult."""
-
-    file_num: int
-    pos: int
-    total: int  # bytes, headers included
-    from_loop: bool = False  # sent by inline.flush, whose poll gave up: it applies it
-
 
 class Engine(ErrorPaths):
     """The task that moves one open queue's buffers to and from disk."""
@@ -83,34 +50,24 @@ class Engine(ErrorPaths):
         self.timer: asyncio.Future[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
         self._sync_due_at = 0.0
-        self._force_meta = False
+        self.meta_due = False  # the next sync round stores the meta: the first after open
         self._last_meta: Meta | None = None
         self._batch_waiters: list[asyncio.Future[None]] = []
         self._sync_batch: list[asyncio.Future[None]] = []
-        self._flights: deque[_Flight] = deque()  # hops in flight, oldest first
+        self.flights: deque[Flight] = deque()  # hops in flight, oldest first
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
                                   opts.max_msg_size, opts.strict)
         self.lock = QueueLock(layout.lock_path)
         self.io: IOThread | None = None
         self.lane: _lane.WriteLane | None = None
-        self.meta_lane: _lane.WriteLane | None = None  # a consumer's meta stores (lane.meta_job)
-        self._meta_lane_failed = False
-        self._lane_end = 0  # write offset after the last batch sent to the lane
-        self._lane_error: OSError | None = None  # a lane write failed: reset the writer
-        self._parked = False  # the ioLoop waits between hops: a put may send a hop itself
-        self._kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
-        self._flush_soon = False  # inline.flush is scheduled for this loop iteration
-        self._inline_off_until = 0.0  # perf_counter time: no inline writes before it
-        self._inline_slow = 0  # inline writes in a row slower than inline.INLINE_STALL
-        self._direct_left = 0  # puts a lone producer may still write itself: inline.write_one
-        self._beside: _Flight | None = None  # a sync round that inline writes run beside
-        self._beside_room = 0  # since_sync that writes beside it may reach: see inline
-        self._beside_wake: asyncio.Future[None] | None = None  # see inline.before_next_done
-        self._deferred = 0  # bytes written inline beside it, not yet told to the store
-        self._sync_at = opts.sync_every  # since_sync that makes a job sync (see sync_beside)
-        self._read_on_thread = False  # a lane read met something unusual: the I/O thread reads
-        self._read_buf: mmap.mmap | None = None  # what lane reads read into
+        self.parked = False  # the ioLoop waits between hops: a put may send a hop itself
+        self.kick_error: BaseException | None = None  # what kick() hit, for the ioLoop
+        # Puts a lone producer may still write itself: read by DiskQueue.put on every put,
+        # so it lives here, not in self.inline, which sets it (InlineWrites.write_one).
+        self._direct_left = 0
+        self.inline = InlineWrites(self)
+        self.sched = Scheduler(self)
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start / stop
@@ -143,7 +100,7 @@ class Engine(ErrorPaths):
         self.recovered = st.recovered
         self._check_depth_floor()
         self._last_meta = None  # the first sync always stores a meta of ours
-        self._force_meta = True
+        self.meta_due = True
         loop = self.loop
         self.put_req = loop.create_future()
         self.sync_req = loop.create_future()
@@ -162,7 +119,6 @@ class Engine(ErrorPaths):
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
 
     def _open_blocking(self) -> OpenState:
-
         os.makedirs(self.layout.directory, exist_ok=True)
         self.lock.acquire()
         try:
@@ -178,33 +134,33 @@ class Engine(ErrorPaths):
         io = self.io
         assert io is not None
         busy = False
-        flights = self._flights
+        flights = self.flights
         try:
             while True:
-                if self._kick_error is not None:
-                    raise self._kick_error
+                if self.kick_error is not None:
+                    raise self.kick_error
                 if self.purge_waiters and not flights:
                     await self._purge()
                     continue
                 if self.state is Lifecycle.CLOSING and not flights:
                     break  # _finish() writes what is pending and syncs, a bounded number of times
-                if (len(flights) < _MAX_FLIGHTS and not self.purge_waiters
+                if (len(flights) < MAX_FLIGHTS and not self.purge_waiters
                         and self.state is not Lifecycle.CLOSING):
-                    flight = self._next_flight()
+                    flight = self.next_flight()
                     if flight is not None:
                         flights.append(flight)
                         continue
                 if flights:
-                    if not await _inline.before_next_done(self):
+                    if not await self.inline.before_next_done():
                         continue  # a write from the loop joined the sync round in flight
                     # A Hop cannot be cancelled: if this task is, the hop still finishes
                     # and _finish() applies its result, so no put waiter is left hanging.
-                    self._complete(await _lane.next_done(flights))
+                    self._complete(await next_done(flights))
                     busy = True
                     continue
                 if self.state is Lifecycle.CLOSING:
                     break
-                self._parked = True
+                self.parked = True
                 try:
                     if busy:
                         # The producers the last hop woke have not run yet: let them
@@ -214,7 +170,7 @@ class Engine(ErrorPaths):
                         continue
                     await self._idle()
                 finally:
-                    self._parked = False
+                    self.parked = False
         except asyncio.CancelledError:
             pass  # treated as a close: _finish() flushes and syncs
         except BaseException as exc:
@@ -223,57 +179,59 @@ class Engine(ErrorPaths):
         finally:
             await self._finish()
 
-    def _next_flight(self) -> _Flight | None:
+    def next_flight(self, sync_at: int | None = None) -> Flight | None:
         """Build and send the next hop, if there is work and it may go now.
 
         Hops on the write lane and on the I/O thread never overlap: the lane only
         appends inside the current segment, everything else (rolling files, meta,
         reads) runs on the I/O thread once the lane is idle. Nothing is sent while an
-        inline write is scheduled: it decides whether a hop is needed.
+        inline write is scheduled: it decides whether a hop is needed. ``sync_at``: the
+        ``since_sync`` that makes the job a sync round (``sync_every`` if None).
         """
-        if self._flush_soon:
+        inline = self.inline
+        if inline.flush_soon:
             return None
-        if self._beside is not None:
-            return _inline.beside_next(self)
-        flights = self._flights
+        if inline.beside is not None:
+            return inline.beside_next()
+        flights, sched = self.flights, self.sched
         size = self.pending_bytes  # the records' bytes, headers included; a job takes them all
-        flight, hold, sync_first = _lane.read_first(self)
+        flight, hold, sync_first = sched.read_first()
         if flight is not None or hold:
             return flight
         if flights and flights[-1].meta is not None:
             return None  # only a read goes behind a meta store on the lane (read_first)
         if flights and flights[-1].on_lane:
-            if (self._full_hop_due()
-                    or not _lane.lane_fits(self, self._lane_end, size, self.sync_every == 1)):
+            if (sched.full_hop_due()
+                    or not sched.lane_fits(sched.lane_end, size, self.sync_every == 1)):
                 return None
             job = self._build_job(pipelined=True)
-            return None if job is None else _lane.dispatch_write(self, job, self._lane_end, size)
-        job = self._build_job(pipelined=bool(flights), read=not sync_first)
+            return None if job is None else sched.dispatch_write(job, sched.lane_end, size)
+        job = self._build_job(pipelined=bool(flights), read=not sync_first, sync_at=sync_at)
         if job is None:
-            return _lane.lane_read(self) if sync_first else None
-        meta_flight = _lane.meta_job(self, job)
+            return sched.lane_read() if sync_first else None
+        meta_flight = sched.meta_job(job)
         if meta_flight is not None:
             return meta_flight
         if (not flights and job.payloads and job.read_from is None and job.meta_read is None
                 and not job.reset_writer
-                and _lane.lane_fits(self, self.write_at[1], size, job.sync)):
-            return _lane.dispatch_write(self, job, self.write_at[1], size)
+                and sched.lane_fits(self.write_at[1], size, job.sync)):
+            return sched.dispatch_write(job, self.write_at[1], size)
         return self._dispatch(job)
 
     def kick(self) -> bool:
-        """Called when a put lands in an empty pending batch: see :func:`.inline.kick`."""
-        return _inline.kick(self)
+        """Called when a put lands in an empty pending batch: see :meth:`.InlineWrites.kick`."""
+        return self.inline.kick()
 
-    def _full_hop_due(self) -> bool:
-        """Is something due that only a hop built with no flight out can do (a sync
-        round, the meta, a read for a consumer that fell behind)? Then no more lane
-        writes are chained: busy producers would otherwise keep the lane in flight
-        forever and starve syncs and reads."""
-        if self.sync_waiters or self._force_meta or self.purge_waiters:
-            return True
-        return self._sync_round_due() or self._read_due()
+    def kick_failed(self, exc: BaseException,
+                    waiters: list[asyncio.Future[None]] | None = None) -> None:
+        """Sending work from a put or a take failed: the ioLoop raises ``exc`` (not the
+        caller) and its close fails ``waiters``."""
+        if waiters is not None:
+            self._batch_waiters = waiters
+        self.kick_error = exc
+        wake(self.put_req)
 
-    def _sync_round_due(self) -> bool:
+    def sync_round_due(self) -> bool:
         """Is the periodic sync round due: by count (the pending puts included) or time?"""
         if self.since_sync + len(self.pending) >= self.sync_every:
             return True
@@ -281,35 +239,50 @@ class Engine(ErrorPaths):
         assert loop is not None
         return loop.time() >= self._sync_due_at and (self.since_sync > 0 or self._meta_changed())
 
-    def _read_due(self) -> bool:
+    def read_due(self) -> bool:
         """Does a consumer that fell behind the writer need a read ahead?"""
         return (self.read_at < self.write_at and self.ready_bytes <= self.low_water
                 and self.corruption is None)
 
-    def _dispatch(self, job: Job) -> _Flight:
+    def _dispatch(self, job: Job) -> Flight:
         assert self.io is not None
         if job.read_from is not None:
-            job.read_budget = _lane.io_read_budget(self, job.read_budget)
-        flight = _Flight(job, self.io.run(self.store.run, job), self.epoch,
-                         self._batch_waiters, self._sync_batch)
-        self._batch_waiters = []
-        self._sync_batch = []
-        return flight
+            job.read_budget = self.sched.io_read_budget(job.read_budget)
+        waiters, syncs = self.take_batch()
+        return Flight(job, self.io.run(self.store.run, job), self.epoch, waiters, syncs)
+
+    def take_batch(self) -> tuple[list[asyncio.Future[None]], list[asyncio.Future[None]]]:
+        """The put and sync waiters of the job just built, for the flight that sends it."""
+        taken = self._batch_waiters, self._sync_batch
+        self._batch_waiters, self._sync_batch = [], []
+        return taken
+
+    def redo_on_thread(self, flight: Flight) -> None:
+        """Send a failed native meta store's job to the I/O thread, first, with its waiters:
+        its portable steps redo the store or raise what is wrong."""
+        assert self.io is not None
+        self.flights.appendleft(Flight(flight.job, self.io.run(self.store.run, flight.job),
+                                        self.epoch, flight.waiters, flight.sync_waiters))
+
+    @property
+    def meta_lane(self) -> _lane.WriteLane | None:
+        """The native thread for meta stores, once one was made."""
+        return self.sched.meta_lane
 
     def refill(self) -> None:
-        """The read-ahead is at its low-water mark: see :func:`.lane.refill`."""
-        _lane.refill(self)
+        """The read-ahead is at its low-water mark: see :meth:`.Scheduler.refill`."""
+        self.sched.refill()
 
-    def _complete(self, flight: _Flight) -> None:
+    def _complete(self, flight: Flight) -> None:
         """Apply a finished flight's result (raises what the I/O thread raised, after
         failing the flight's waiters with a DiskQueueError)."""
         try:
-            if flight is self._beside:
-                res = _inline.settle(self, flight)
+            if flight is self.inline.beside:
+                res = self.inline.round_done(flight)
             elif flight.read is not None:
-                res = _lane.read_result(self, flight)
+                res = self.sched.read_result(flight)
             elif flight.meta is not None:
-                found = _lane.meta_result(self, flight)
+                found = self.sched.meta_result(flight)
                 if found is None:
                     return  # redone on the I/O thread
                 res = found
@@ -318,17 +291,17 @@ class Engine(ErrorPaths):
             elif flight.lane.from_loop:
                 # A write from the loop that outlasted its poll (perhaps done while the sync
                 # round beside which it was sent still runs): applied as a caught one is.
-                _inline.finished(self, flight)
+                self.inline.finished(flight)
                 return
             else:
-                res = _lane.lane_result(self, flight)
+                res = self.sched.lane_result(flight)
         except BaseException as exc:
             if flight.job.payloads is not None:
                 self.unwritten = max(0, self.unwritten - len(flight.job.payloads))
             self._fail_flight(flight, exc)
             raise
         try:
-            self._apply(flight, res)
+            self.apply(flight, res)
         except BaseException as exc:
             self._fail_flight(flight, exc)
             raise
@@ -337,12 +310,12 @@ class Engine(ErrorPaths):
         """Apply the hops in flight, write what is pending, sync, close. Never raises."""
         io = self.io
         assert io is not None
-        while self._flights:
-            flight = self._flights[0]
+        while self.flights:
+            flight = self.flights[0]
             if not flight.fut.done():
                 await asyncio.wait([flight.fut])
             try:
-                self._complete(self._flights.popleft())
+                self._complete(self.flights.popleft())
             except BaseException as exc:  # noqa: BLE001 - its waiters are failed; go on
                 log.error("%s: a write in flight at close failed: %r", self.layout.meta_path, exc)
                 if self.state is not Lifecycle.BROKEN:
@@ -356,9 +329,7 @@ class Engine(ErrorPaths):
             self.lane.close()
             self.lane = None
             self.native_lane = False
-        if self.meta_lane is not None:
-            self.meta_lane.close()
-            self.meta_lane = None
+        self.sched.close()
         try:
             await io.run(self.store.close)
         except BaseException:
@@ -378,7 +349,8 @@ class Engine(ErrorPaths):
         self.wake_all_getters()
         self.wake_all_putters()
 
-    def _build_job(self, pipelined: bool, read: bool = True) -> Job | None:
+    def _build_job(self, pipelined: bool, read: bool = True, sync_at: int | None = None
+                   ) -> Job | None:
         """The next hop's work; None if there is nothing to do.
 
         A pipelined job is sent while another hop is in flight: it only writes
@@ -388,9 +360,8 @@ class Engine(ErrorPaths):
         loop = self.loop
         assert loop is not None
         job = Job()
-        if self._lane_error is not None and not pipelined:
+        if not pipelined and self.sched.take_lane_error():
             job.reset_writer = True
-            self._lane_error = None
         if pipelined:
             if not self.pending:
                 return None
@@ -413,28 +384,31 @@ class Engine(ErrorPaths):
         dirty = self.since_sync > 0 or self._meta_changed()
         # The meta stored once after open comes after the first read ahead, not in its hop:
         # a reopened backlog's first messages do not wait for two fsyncs, and the meta
-        # then goes to the native meta thread beside the next read (lane.meta_job).
-        first_read = (self._force_meta and read and not closing and not job.payloads
+        # then goes to the native meta thread beside the next read (Scheduler.meta_job).
+        first_read = (self.meta_due and read and not closing and not job.payloads
                       and not self.sync_waiters and not self.ready and not self.gets
-                      and self._read_due())
-        force = ((self._force_meta and not first_read) or bool(self.sync_waiters) or closing
+                      and self.read_due())
+        force = ((self.meta_due and not first_read) or bool(self.sync_waiters) or closing
                  or (dirty and loop.time() >= self._sync_due_at))
-        if ((force or (self.since_sync >= self._sync_at
-                       and (self._sync_may_retry() or (job.payloads and self.sync_every == 1))))
+        if sync_at is None:
+            sync_at = self.sync_every
+        if ((force or (self.since_sync >= sync_at
+                       and (self.sync_may_retry() or (job.payloads and self.sync_every == 1))))
                 and (dirty or self.sync_waiters)):
             job.sync = True
             job.settle = bool(self.sync_waiters)  # sync() returns with consumed files gone
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
             consumer_at = self.stored_at()  # a take's messages in hand stay unconsumed
-            store_meta = (force or consumer_at != self._last_read()
-                          or self.write_at[0] != self._last_write_file())
+            last = self._last_meta
+            store_meta = (force or last is None or consumer_at != last.read
+                          or self.write_at[0] != last.write_file_num)
             if store_meta:
                 job.meta_read = consumer_at
                 job.meta_depth = self.depth + self.handing
             self.since_sync = self.handing
             self.sync_counted()
-            self._force_meta = False
+            self.meta_due = False
             self._sync_due_at = loop.time() + self.opts.sync_interval
         else:
             self._sync_batch = []
@@ -454,47 +428,35 @@ class Engine(ErrorPaths):
         """Move every pending message, and the put waiters, into the next hop."""
         taken = self.pending
         self._batch_waiters = self.put_waiters
-        self._direct_left = 0  # a batch not written by inline.flush: see inline.write_one
+        self._direct_left = 0  # a batch not written by InlineWrites.flush: see write_one
         self.pending, self.put_waiters = [], []
         self.pending_bytes = 0
         return taken
-
-    def _last_read(self) -> tuple[int, int] | None:
-        return self._last_meta.read if self._last_meta is not None else None
-
-    def _last_write_file(self) -> int | None:
-        return self._last_meta.write_file_num if self._last_meta is not None else None
 
     def _meta_changed(self) -> bool:
         m = self._last_meta
         return m is None or m.read != self.consumer_at() or m.write != self.write_at
 
-    def _apply(self, flight: _Flight, res: JobResult) -> None:
+    def apply(self, flight: Flight, res: JobResult) -> None:
+        """Apply the result of a finished flight: its write through :meth:`landed`, its
+        sync round, its read ahead, recount and quarantined files; wake whoever waits."""
         job, batch, syncs = flight.job, flight.waiters, flight.sync_waiters
         stale = flight.epoch != self.epoch
         self.write_at = res.write_at
         self.bytes_on_disk = res.bytes_on_disk
         if job.payloads is not None:
             n = len(job.payloads)
-            self.unwritten -= n
             if res.write_error is not None:
+                self.unwritten -= n
                 self._write_failed(n, batch, res.write_error)
             else:
-                if not stale:
-                    self._depth += n  # a take quota stays: it assumes nothing about depth
-                if res.handoff is not None and not stale:
-                    self.add_ready(res.handoff, res.handoff_bytes)
-                    self.read_at = res.write_at
+                unsynced = None
                 if self.sync_every == 1 and not res.synced:
-                    err = DiskQueueError(f"fsync failed; {n} message(s) written but not "
-                                         f"known to be durable: {res.sync_error}")
-                    err.__cause__ = res.sync_error
-                    fail(batch, err)
-                else:
-                    succeed(batch)
-            for _ in range(min(len(self.putters), max(0, self.maxsize - self.qsize()))
-                           if self.maxsize else 0):
-                wake(self.putters.popleft())
+                    unsynced = DiskQueueError(f"fsync failed; {n} message(s) written but not "
+                                              f"known to be durable: {res.sync_error}")
+                    unsynced.__cause__ = res.sync_error
+                self.landed(n, batch, res.write_at, res.handoff, res.handoff_bytes, stale,
+                            unsynced)
         # A lane write that failed never reached its fdatasync (and carries no sync waiters).
         if job.sync and (flight.lane is None or res.write_error is None):
             if res.synced:
@@ -509,7 +471,8 @@ class Engine(ErrorPaths):
             log.error("%s: read ahead failed at %s: %s", self.layout.meta_path, job.read_from,
                       res.read_error)
         elif job.read_from is not None and not stale and res.read_to is not None:
-            self._read_on_thread &= flight.read is not None  # the I/O thread has read
+            if flight.read is None:
+                self.sched.thread_read()
             self.add_ready(res.records, res.records_bytes)
             self.read_at = res.read_to
             if res.corruption is not None:
@@ -538,9 +501,7 @@ class Engine(ErrorPaths):
             self.depth = len(self.ready)
         if not stale:
             self._check_depth_floor()
-        if self.ready and self.getters:
-            for _ in range(min(len(self.ready), len(self.getters))):
-                wake(self.getters.popleft())
+        self.wake_waiters()
         # The consumer sends the next read itself at the low-water mark (see refill).
         self.refill_at = (self.low_water if self.read_at < self.write_at
                           and self.corruption is None else -1)

@@ -40,6 +40,11 @@ class ErrorPaths(QueueBuffers):
         self.meta_held = False  # hold_meta(): close stores no meta
         self._unstored = 0  # put_nowait messages lost to failed writes since write_error was taken
 
+    @property
+    def recount_wanted(self) -> bool:
+        """Is the depth known to be wrong, so that the next hop recounts it?"""
+        return self._recount_wanted
+
     def _failure(self, exc: BaseException) -> DiskQueueError:
         """The DiskQueueError a waiter gets for ``exc`` raised by a hop."""
         if isinstance(exc, DiskQueueError):
@@ -57,7 +62,7 @@ class ErrorPaths(QueueBuffers):
     if TYPE_CHECKING:  # the engine's, used by _final_flush()
         def _build_job(self, pipelined: bool) -> Job | None: ...
         def _dispatch(self, job: Job) -> Any: ...
-        def _apply(self, flight: Any, res: JobResult) -> None: ...
+        def apply(self, flight: Any, res: JobResult) -> None: ...
         def _meta_changed(self) -> bool: ...
 
     async def _final_flush(self) -> None:
@@ -78,7 +83,7 @@ class ErrorPaths(QueueBuffers):
                 job.meta_read = None
             flight = self._dispatch(job)
             res: JobResult = await flight.fut
-            self._apply(flight, res)
+            self.apply(flight, res)
             if not (job.sync and not res.synced) and res.write_error is None:
                 continue
             failures += 1
@@ -168,7 +173,7 @@ class ErrorPaths(QueueBuffers):
             self._sync_failures = 0
             self._logged.clear()
 
-    def _sync_may_retry(self) -> bool:
+    def sync_may_retry(self) -> bool:
         """False while a failed sync round waits for its retry time."""
         if not self._sync_failures:
             return True

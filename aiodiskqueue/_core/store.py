@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from .._format.codec import HEADER, frame
+from .._format.codec import HEADER, HEADER_SIZE, frame
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, Swap, store_meta, swap_names
 from .._format.scan import Record, read_span, realign, scan_segment
@@ -111,7 +111,7 @@ class SegmentStore:
         self._sizes: dict[int, int] = {}
         self._swap: Swap | None = None  # the meta store's native common case (see open)
         # The last meta store took that native path: the spare exists and names can be
-        # swapped here, so the native meta thread may store a consumer's (lane.meta_job).
+        # swapped here, so the native meta thread may store a consumer's (Scheduler.meta_job).
         self.swap_ok = False
         self.bytes_on_disk = 0
         self.meta_on_disk: Meta | None = None
@@ -183,7 +183,8 @@ class SegmentStore:
                 res.handoff = self.write(job.payloads, job.handoff)
                 res.written = len(job.payloads)
                 if res.handoff is not None:
-                    res.handoff_bytes = self.bytes_on_disk - before - 4 * res.written
+                    res.handoff_bytes = (self.bytes_on_disk - before
+                                          - HEADER_SIZE * res.written)
             except OSError as exc:
                 res.write_error = exc
         if job.sync:
@@ -223,7 +224,7 @@ class SegmentStore:
         """
         start = (self.write_file, self.write_pos)
         lens = list(map(len, payloads))
-        total = sum(lens) + 4 * len(lens)
+        total = sum(lens) + HEADER_SIZE * len(lens)
         if start[1] + total <= self.max_bytes:
             # No record can roll the file: one buffer, one write, one stretch.
             fnum, pos = start
@@ -246,10 +247,11 @@ class SegmentStore:
         pending = 0
         total = 0
         flushed_at = pos
+        hs = HEADER_SIZE
         try:
             for p in payloads:
                 n = len(p)
-                if pos > 0 and pos + 4 + n > maxb:
+                if pos > 0 and pos + hs + n > maxb:
                     if parts:
                         self._pwrite(b"".join(parts), flushed_at)
                         parts, pending = [], 0
@@ -258,9 +260,9 @@ class SegmentStore:
                     flushed_at = 0
                 parts.append(_pack(n))
                 parts.append(p)
-                pos += 4 + n
-                pending += 4 + n
-                total += 4 + n
+                pos += hs + n
+                pending += hs + n
+                total += hs + n
                 if out is not None:
                     out.append((p, fnum, pos))
                 if pending >= _FLUSH_BYTES:
@@ -439,7 +441,7 @@ class SegmentStore:
                 stop = self.write_pos
             span = read_span(fd, fnum, pos, stop, budget, self.min_size, self.max_size)
             out.extend(span.records)
-            res.records_bytes += span.end - span.start - 4 * len(span.records)
+            res.records_bytes += span.end - span.start - HEADER_SIZE * len(span.records)
             budget -= span.end - pos
             pos = span.end
             # The first read from the meta's read position checks it (a record boundary?)
