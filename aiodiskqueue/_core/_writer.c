@@ -1,14 +1,13 @@
 /*
  * aiodiskqueue._writer: the write lane, a native writer thread that never takes the GIL.
  *
- * Why: on a VM whose idle vCPUs halt, every hand-off between the event loop and a
- * Python I/O thread pays two cross-CPU wake-ups (the job, then the GIL), about
- * 50 us each. This thread takes batches of payloads from a small ring, writes them
+ * Why a native thread: docs/design.md, "Why wake-ups decide the design" (a hand-off
+ * to a Python I/O thread pays two cross-CPU wake-ups). This thread takes batches of payloads from a small ring, writes them
  * as records with pwritev() (headers framed here, no copy of the payloads), then
  * fdatasync()s them when asked, and spins for a short, adaptive while before
  * it sleeps, so a busy queue hands it the next batch without waking anybody. It
  * tells the event loop through an eventfd, written at most once per batch of
- * completions. The Python side (aiodiskqueue._lane) decides what goes here: only
+ * completions. The Python side (aiodiskqueue._core.lane) decides what goes here: only
  * appends inside the current segment; everything else stays on the Python I/O
  * thread, and the two never run at the same time.
  *

@@ -9,11 +9,8 @@ log and then syncs the data queue (see the package's design notes in
 
 Records that nothing waits for (a delivery's, a finish's) *linger* before their hop:
 it is sent once :data:`LINGER_RECORDS` are pending or the oldest has waited
-:data:`LINGER` seconds. A hop wakes the I/O thread, which then waits for the GIL after
-each system call; where a thread's sleep and wake-up are dear (a VM whose idle vCPUs
-halt: 40-70 us of CPU each on the project's, see ``bench/README.md``), hops sent as
-soon as the thread is free cost a consumer that waits on the network between
-messages (the broker's) more than its messages do. Records that something
+:data:`LINGER` seconds, since each hop costs thread wake-ups (why they are dear:
+docs/design.md, "Why wake-ups decide the design"). Records that something
 waits for (a deferred put, a load, a log sync, a commit) go at once, and a commit
 writes whatever lingers first, so no durability promise moves; and a delivery
 finished while its record lingers is never written with its body (see
