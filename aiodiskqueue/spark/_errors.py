@@ -7,7 +7,7 @@ import logging
 from .._format.layout import Layout
 from ..errors import CorruptionError, DiskQueueError
 
-log = logging.getLogger("aiodiskqueue.spark")
+log = logging.getLogger(__name__)
 
 REPAIR_ADVICE = "python -m aiodiskqueue repair {directory} {name}"
 

@@ -27,7 +27,7 @@ from ..errors import DiskQueueError
 from ._errors import corrupt_length, report_torn
 from ._files import FileSpan, Pos, QueueView
 
-log = logging.getLogger("aiodiskqueue.spark")
+log = logging.getLogger(__name__)
 
 WALK_CHUNK = 4 << 20
 ADVANCE_CHUNK = 256 << 10  # a trigger's limit is often far less than a segment

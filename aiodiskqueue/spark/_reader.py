@@ -28,7 +28,7 @@ from ._nsq import decode
 from ._options import SourceOptions
 from ._ranges import iter_blocks, split_span
 
-log = logging.getLogger("aiodiskqueue.spark")
+log = logging.getLogger(__name__)
 
 RAW_SCHEMA = "name string, file_num long, offset long, payload binary"
 NSQ_SCHEMA = RAW_SCHEMA + ", id string, timestamp long, attempts int, body binary"

@@ -17,7 +17,7 @@ from .._format.meta import Meta, store_meta
 from ._consume import LOCK_WAIT, lock_queue
 from ._files import view_queue
 
-log = logging.getLogger("aiodiskqueue.spark")
+log = logging.getLogger(__name__)
 
 STAGING_PREFIX = ".spark-staging"
 

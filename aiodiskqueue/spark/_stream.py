@@ -87,7 +87,7 @@ from ._options import SourceOptions, is_glob
 from ._ranges import advance
 from ._reader import QueuePartition, group_spans, project, read_partition, report_lost
 
-log = logging.getLogger("aiodiskqueue.spark")
+log = logging.getLogger(__name__)
 
 Offset = dict[str, list[int]]
 
