@@ -28,7 +28,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Generic, TypeVar, final
 
-from ._core.options import Statistics
+from ._core.options import Statistics, check_max_items
+from ._format.codec import HEADER_SIZE
 from ._format.layout import Layout
 from .errors import QueueClosed, QueueEmpty
 from .queue import DiskQueue
@@ -129,12 +130,12 @@ class TypedQueue(Generic[T]):
             return self._ser.loads(payload)
         except Exception as exc:
             # The consumer position is just past the record taken last, in its own
-            # segment: the record starts 4 + len(payload) bytes before it.
+            # segment: the record starts its header and payload before it.
             st = self._q.statistics()
             err = DeserializationError(
                 queue=self._q.name, directory=self._q.directory,
                 path=Layout(self._q.directory, self._q.name).segment_path(st.read_file_num),
-                offset=st.read_pos - 4 - len(payload), ordinal=st.gets, payload=payload,
+                offset=st.read_pos - HEADER_SIZE - len(payload), ordinal=st.gets, payload=payload,
                 reason=f"{type(exc).__name__}: {exc}")
             log.error("%s", err)
             raise err from exc
@@ -166,10 +167,10 @@ class TypedQueue(Generic[T]):
         A bad record after good ones ends the batch: the good ones are returned
         and the DeserializationError is raised by the next get call.
 
-        Raises ValueError if ``max_items < 1``, otherwise as :meth:`get`.
+        Raises TypeError or ValueError for a bad ``max_items`` (as
+        :meth:`DiskQueue.get_many`), otherwise as :meth:`get`.
         """
-        if max_items < 1:
-            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        check_max_items(max_items)
         out = [await self.get()]
         while len(out) < max_items:
             try:
