@@ -580,3 +580,20 @@ def test_partition_size_follows_spark_file_sources(tmp_path: Path) -> None:
     # An explicit minPartitions is honoured however small the read.
     assert options(tmp_path, "q", minPartitions="8").partition_bytes(21_000_000) == 2_625_000
     assert options(tmp_path, "q", maxBytesPerPartition="1000").partition_bytes(300_000) == 1000
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"minMsgSize": "10", "maxMsgSize": "5"},
+     "diskqueue: option 'minMsgSize' must be <= maxMsgSize, got 10 > 5"),
+    ({"maxMsgSize": str(2**31)},
+     "diskqueue: option 'maxMsgSize' must be in [0, 2147483647], got 2147483648"),
+    ({"maxBytesPerFile": "0"}, "diskqueue: option 'maxBytesPerFile' must be >= 1, got 0"),
+], ids=["min-above-max", "max-too-large", "no-file-size"])
+def test_queue_options_are_checked_by_the_queues_own_definition(
+        extra: dict[str, str], message: str) -> None:
+    """The source's queue options are the queues' own: the same bounds, under its names."""
+    from aiodiskqueue.spark._options import OptionError, parse_options
+
+    with pytest.raises(OptionError) as info:
+        parse_options({"path": "/tmp", "name": "q", **extra})
+    assert str(info.value) == message

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._core.options import DEFAULTS, MiB, check_name
+from .._core.options import DEFAULTS, MiB, Options, check_name
 from ..errors import DiskQueueError
 
 FORMATS = ("raw", "nsq")
@@ -52,6 +52,32 @@ def _int(opts: Mapping[str, str], key: str, default: int | None, lo: int) -> int
     if value < lo:
         raise OptionError(key, f"must be >= {lo}, got {value}")
     return value
+
+
+QUEUE_OPTIONS = {"minMsgSize": "min_msg_size", "maxMsgSize": "max_msg_size",
+                 "maxBytesPerFile": "max_bytes_per_file"}
+"""The source's options that are queue options, and their names in :class:`Options`."""
+
+
+def _queue_options(opts: Mapping[str, str]) -> Options:
+    """The queue options given, checked by :class:`Options` (their one definition) and
+    reported under the source's names.
+
+    Raises OptionError naming the option and the bad value.
+    """
+    given = {}
+    for key, field in QUEUE_OPTIONS.items():
+        value = _int(opts, key, None, 0)
+        if value is not None:
+            given[field] = value
+    try:
+        return Options.from_keywords("diskqueue", given)
+    except (TypeError, ValueError) as exc:
+        problem = str(exc)
+        key = next((k for k, f in QUEUE_OPTIONS.items() if problem.startswith(f)), "maxMsgSize")
+        for k, f in QUEUE_OPTIONS.items():
+            problem = problem.replace(f, k)
+        raise OptionError(key, problem.removeprefix(key).strip()) from None
 
 
 def _float(opts: Mapping[str, str], key: str, default: float) -> float:
@@ -149,13 +175,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     fmt = (_get(opts, "format") or "raw").strip().lower()
     if fmt not in FORMATS:
         raise OptionError("format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    min_size = _int(opts, "minMsgSize", DEFAULTS.min_msg_size, 0)
-    max_size = _int(opts, "maxMsgSize", DEFAULTS.max_msg_size, 0)
-    assert min_size is not None and max_size is not None
-    if min_size > max_size:
-        raise OptionError("minMsgSize", f"must be <= maxMsgSize, got {min_size} > {max_size}")
-    if max_size > 2**31 - 1:
-        raise OptionError("maxMsgSize", f"must be < 2**31, got {max_size}")
+    queue = _queue_options(opts)
     check_known(opts)
     arrow_raw = _get(opts, "arrow")
     drained_raw = _get(opts, "removeDrainedAfter")
@@ -164,9 +184,9 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         name=name,
         format=fmt,
         consume=_bool(opts, "consume"),
-        min_msg_size=min_size,
-        max_msg_size=max_size,
-        max_bytes_per_file=_int(opts, "maxBytesPerFile", DEFAULTS.max_bytes_per_file, 1) or 1,
+        min_msg_size=queue.min_msg_size,
+        max_msg_size=queue.max_msg_size,
+        max_bytes_per_file=queue.max_bytes_per_file,
         max_bytes_per_partition=_int(opts, "maxBytesPerPartition", 128 * MiB, 1) or 1,
         min_partitions=_int(opts, "minPartitions", None, 1),
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, 1),
