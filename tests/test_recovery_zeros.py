@@ -71,6 +71,21 @@ async def test_known_empty_messages_are_kept(tmp_path: Path) -> None:
     assert await drain(tmp_path) == [b"alpha", b"", b"x", b"", b""]
 
 
+async def test_an_empty_message_earlier_in_the_segment_vouches_for_the_tail(
+        tmp_path: Path) -> None:
+    # A process killed after its empty puts were fsynced, before a meta store covered
+    # them: an empty record the meta covers shows this queue holds empty messages.
+    covered = rec(b"x") + rec(b"") + rec(b"y")
+    write_files(tmp_path, {0: covered + rec(b"") + rec(b"")}, Meta(3, 0, 0, 0, len(covered)))
+    assert await drain(tmp_path) == [b"x", b"", b"y", b"", b""]
+
+
+async def test_a_consumed_empty_message_vouches_for_the_tail(tmp_path: Path) -> None:
+    covered = rec(b"x") + rec(b"")  # both read before the crash
+    write_files(tmp_path, {0: covered + rec(b"")}, Meta(0, 0, len(covered), 0, len(covered)))
+    assert await drain(tmp_path) == [b""]
+
+
 async def test_empty_messages_ending_a_completed_segment_are_kept(tmp_path: Path) -> None:
     # A completed segment was fsynced at its roll: its trailing empty records are real.
     seg0 = rec(b"a") + rec(b"") + rec(b"")

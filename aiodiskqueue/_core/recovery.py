@@ -13,8 +13,9 @@ can read as zeros, and every 4 zero bytes as an empty record. The format has no
 checksum, so recovery decides: zero-length records that end the last segment, in
 what it scans (past the meta's write position, or every record when the meta is
 rebuilt), are cut as a zero-filled tail, with a warning. They are kept, as real empty
-messages, when another zero-length record lies in what it scanned, or at the end of
-a completed segment (fsynced at its roll, so never zero-filled). Records the meta's
+messages, when another zero-length record lies in what it scanned or earlier in that
+segment, or at the end of a completed segment (fsynced at its roll, so never
+zero-filled). Records the meta's
 write position covers are never questioned. (go-diskqueue reads them as empty
 messages; nsqd avoids it with its minimum message size of 26 bytes: a queue that
 never holds empty messages can say so with ``min_msg_size=1``, and zeros are then
@@ -220,14 +221,23 @@ class Recovery:
 
         Only the last segment can end in bytes that never reached the disk: a segment
         is fsynced before the next one is written. So zero-length records are taken
-        as real when any other lies in what this recovery scanned (the queue is known
-        to hold empty messages), or at the end of a completed segment.
+        as real when any other lies in what this recovery scanned or earlier in the
+        same segment (the queue is known to hold empty messages), or at the end of a
+        completed segment.
         """
         if not (last and s.empty_tail) or self.empties_seen or s.empty > s.empty_tail:
             self.empties_seen += s.empty
             return s
-        return replace(s, end=s.end - HEADER_SIZE * s.empty_tail,
-                       records=s.records - s.empty_tail,
+        start = s.end - HEADER_SIZE * s.empty_tail
+        if s.start > 0:
+            # Rarely here, and one segment at most: the records before the scanned part
+            # (those the meta's write position covers, read or not) may vouch for them.
+            before = scan_segment(s.path, s.file_num, 0, s.start, self.min_size,
+                                  self.max_size, empties=True)
+            if before.empty:
+                self.empties_seen += s.empty
+                return s
+        return replace(s, end=start, records=s.records - s.empty_tail,
                        problem=s.problem if s.problem == BAD_LENGTH else ZEROS,
                        empty=0, empty_tail=0)
 
