@@ -15,7 +15,7 @@ what it scans (past the meta's write position, or every record when the meta is
 rebuilt), are cut as a zero-filled tail, with a warning. They are kept, as real empty
 messages, when another zero-length record lies in what it scanned or earlier in that
 segment, or at the end of a completed segment (fsynced at its roll, so never
-zero-filled). Records the meta's
+zero-filled); see ``zero_filled_tail`` in ``_format/scan.py``. Records the meta's
 write position covers are never questioned. (go-diskqueue reads them as empty
 messages; nsqd avoids it with its minimum message size of 26 bytes: a queue that
 never holds empty messages can say so with ``min_msg_size=1``, and zeros are then
@@ -28,10 +28,15 @@ import logging
 import os
 from dataclasses import replace
 
-from .._format.codec import HEADER_SIZE
 from .._format.layout import file_size, free_bad_name, fsync_dir
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
-from .._format.scan import BAD_LENGTH, SegmentSummary, realign, scan_segment
+from .._format.scan import (
+    BAD_LENGTH,
+    SegmentSummary,
+    realign,
+    scan_segment,
+    zero_filled_tail,
+)
 from ..errors import CorruptionError
 from .store import OpenState, SegmentStore
 
@@ -217,26 +222,12 @@ class Recovery:
 
     def _zero_tail(self, s: SegmentSummary, last: bool) -> SegmentSummary:
         """``s`` without the zero-length records at the end of the last segment that
-        read as a zero-filled tail (see the module's doc); counts the others.
-
-        Only the last segment can end in bytes that never reached the disk: a segment
-        is fsynced before the next one is written. So zero-length records are taken
-        as real when any other lies in what this recovery scanned or earlier in the
-        same segment (the queue is known to hold empty messages), or at the end of a
-        completed segment.
-        """
-        if not (last and s.empty_tail) or self.empties_seen or s.empty > s.empty_tail:
+        read as a zero-filled tail (see :func:`zero_filled_tail`); counts the others."""
+        start = zero_filled_tail(s, self.empties_seen > 0, self.min_size, self.max_size) \
+            if last else None
+        if start is None:
             self.empties_seen += s.empty
             return s
-        start = s.end - HEADER_SIZE * s.empty_tail
-        if s.start > 0:
-            # Rarely here, and one segment at most: the records before the scanned part
-            # (those the meta's write position covers, read or not) may vouch for them.
-            before = scan_segment(s.path, s.file_num, 0, s.start, self.min_size,
-                                  self.max_size, empties=True)
-            if before.empty:
-                self.empties_seen += s.empty
-                return s
         return replace(s, end=start, records=s.records - s.empty_tail,
                        problem=s.problem if s.problem == BAD_LENGTH else ZEROS,
                        empty=0, empty_tail=0)

@@ -170,6 +170,28 @@ def scan_segment(
     return SegmentSummary(file_num, path, size, pos, end, count, problem, bad, empty, tail)
 
 
+def zero_filled_tail(s: SegmentSummary, vouched: bool, min_size: int,
+                     max_size: int) -> int | None:
+    """Where the zero-filled tail of the last segment starts, from its summary
+    ``s`` (scanned with ``empties``); None if its trailing zero-length records
+    are real empty messages.
+
+    A filesystem may persist a file's new size before its data (XFS, ext4
+    ``data=writeback``): after a power cut the bytes past the last fsync read as
+    zeros, every 4 of them an empty record. Only the last segment can end so: a
+    segment is fsynced before the next one is written. Its trailing zero-length
+    records are real when the queue is known to hold empty messages: ``vouched``
+    (one was seen in the segments scanned before), one in ``s`` before them, or one
+    earlier in the segment than ``s.start`` (read only then, one segment at most).
+    """
+    if not s.empty_tail or vouched or s.empty > s.empty_tail:
+        return None
+    if s.start > 0 and scan_segment(s.path, s.file_num, 0, s.start, min_size, max_size,
+                                    empties=True).empty:
+        return None
+    return s.end - HEADER_SIZE * s.empty_tail
+
+
 def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) -> int | None:
     """None if ``pos`` is a record boundary of the segment (or damage lies before it);
     else the start of the whole record holding ``pos``, or the end of the segment's
