@@ -127,6 +127,7 @@ class Acks:
         self.acked: dict[tuple[int, int], int] = {}
         self.consumed: set[tuple[int, int]] = set()
         self.deliveries: collections.Counter[tuple[int, int]] = collections.Counter()
+        self.consumed_at: dict[tuple[int, int], int] = {}
         last_sb = last_complete = -1
         self.purge_marker: str | None = None
         self.purge_at = -1
@@ -144,6 +145,7 @@ class Acks:
                     self.acked.setdefault(key, i)
                 else:
                     self.consumed.add(key)
+                    self.consumed_at.setdefault(key, i)
             elif w[0] == "SB":
                 last_sb = i
             elif w[0] == "SE":
@@ -258,6 +260,11 @@ def check_image(wl: str, qdir: str, acks: Acks, timeout: float = OPEN_TIMEOUT) -
         for key, c in seen.items():
             if c > 1:
                 bad(("duplicate", f"{key} x{c}"))
+    if wl == "default":
+        # sync() makes the read position durable: what was taken before it began is gone.
+        back = sorted(k for k in seen if acks.consumed_at.get(k, 1 << 62) < acks.synced_before)
+        if back:
+            bad(("resurrected", f"{len(back)} taken before the last sync(): {back[:5]}"))
     lost = sorted(acks.required(wl) - set(seen))
     # An AckQueue message delivered max_attempts times was due in the dead-letter queue.
     due = [k for k in lost if acks.deliveries[k] >= workload.MAX_ATTEMPTS]
