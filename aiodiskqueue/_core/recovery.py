@@ -6,20 +6,43 @@ segments, scan past its write position for records written after the last meta
 sync (cutting a torn tail), and rebuild the meta from the segments when it is
 missing or does not match them. Damaged segments are quarantined through the
 store; in strict mode CorruptionError is raised and nothing is changed.
+
+Zero-filled tails: a filesystem may persist a file's new size before its data (XFS,
+ext4 ``data=writeback``), so after a power cut the bytes past a segment's last fsync
+can read as zeros, and every 4 zero bytes as an empty record. The format has no
+checksum, so recovery decides: zero-length records that end the last segment, in
+what it scans (past the meta's write position, or every record when the meta is
+rebuilt), are cut as a zero-filled tail, with a warning. They are kept, as real empty
+messages, when another zero-length record lies in what it scanned or earlier in that
+segment, or at the end of a completed segment (fsynced at its roll, so never
+zero-filled); see ``zero_filled_tail`` in ``_format/scan.py``. Records the meta's
+write position covers are never questioned. (go-diskqueue reads them as empty
+messages; nsqd avoids it with its minimum message size of 26 bytes: a queue that
+never holds empty messages can say so with ``min_msg_size=1``, and zeros are then
+a bad length.)
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 from .._format.layout import file_size, free_bad_name, fsync_dir
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
-from .._format.scan import BAD_LENGTH, realign, scan_segment
+from .._format.scan import (
+    BAD_LENGTH,
+    SegmentSummary,
+    realign,
+    scan_segment,
+    zero_filled_tail,
+)
 from ..errors import CorruptionError
 from .store import OpenState, SegmentStore
 
 log = logging.getLogger("aiodiskqueue")
+
+ZEROS = "zero-filled tail"  # the problem _cut_tail logs for a cut zero-filled tail
 
 
 class _Misaligned(Exception):
@@ -42,6 +65,7 @@ class Recovery:
         self.max_size = store.max_size
         self.write_file = 0
         self.write_pos = 0
+        self.empties_seen = 0  # zero-length records scanned that are not a zero-filled tail
 
     def run(self) -> OpenState:
         """Recover the queue's state from its files; the store takes over its write position."""
@@ -138,17 +162,20 @@ class Recovery:
         count = 0
         nums = [wf, *sorted(n for n in segs if n > wf)]
         self.write_file, self.write_pos = wf, wp
+        self.empties_seen = 0
         for i, num in enumerate(nums):
             if num not in segs:
                 continue
             start = wp if num == wf else 0
-            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size,
+                             empties=True)
             if (s.problem is not None and start > 0
                     and realign(segs[num], num, start, self.min_size, self.max_size) is not None):
                 # Scanning from a position inside a record finds garbage: the meta is
                 # wrong, and truncating or quarantining here would destroy good records.
                 raise _Misaligned(segs[num], start)
             last = i == len(nums) - 1
+            s = self._zero_tail(s, last)
             if s.problem is not None or s.end < s.size:
                 self._cut_tail(segs[num], num, s.end, s.size, s.problem, damaged=not last)
             if num != wf and s.records:
@@ -167,9 +194,11 @@ class Recovery:
         nums = sorted(n for n in segs if n >= read_file)
         depth = 0
         self.write_file, self.write_pos = read_file, read_pos
+        self.empties_seen = 0
         for i, num in enumerate(nums):
             start = read_pos if num == read_file else 0
-            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size,
+                             empties=True)
             if s.problem is not None and start > 0:
                 back = realign(segs[num], num, start, self.min_size, self.max_size)
                 if back is not None:
@@ -179,7 +208,8 @@ class Recovery:
                                 "from %d", segs[num], start, back)
                     read_pos = start = back
                     s = scan_segment(segs[num], num, start, None, self.min_size,
-                                     self.max_size)
+                                     self.max_size, empties=True)
+            s = self._zero_tail(s, i == len(nums) - 1)
             if s.problem is not None or s.end < s.size:
                 self._cut_tail(segs[num], num, s.end, s.size, s.problem,
                                damaged=i < len(nums) - 1)
@@ -189,6 +219,18 @@ class Recovery:
             read_file, read_pos = nums[0], 0
         read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
         return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
+
+    def _zero_tail(self, s: SegmentSummary, last: bool) -> SegmentSummary:
+        """``s`` without the zero-length records at the end of the last segment that
+        read as a zero-filled tail (see :func:`zero_filled_tail`); counts the others."""
+        start = zero_filled_tail(s, self.empties_seen > 0, self.min_size, self.max_size) \
+            if last else None
+        if start is None:
+            self.empties_seen += s.empty
+            return s
+        return replace(s, end=start, records=s.records - s.empty_tail,
+                       problem=s.problem if s.problem == BAD_LENGTH else ZEROS,
+                       empty=0, empty_tail=0)
 
     def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None,
                   damaged: bool = False) -> None:
@@ -215,6 +257,10 @@ class Recovery:
             log.warning("%s: %s at offset %d; %d byte(s) from there saved as %s and cut off",
                         path, "bad record length" if problem == BAD_LENGTH else "damage", end,
                         size - end, dst)
+        elif problem == ZEROS:
+            log.warning("%s: truncating %d byte(s) at offset %d that read as empty messages "
+                        "never written (a zero-filled tail: the file's size reached the disk "
+                        "before its data)", path, size - end, end)
         else:
             log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
                         path, size - end, end, problem)

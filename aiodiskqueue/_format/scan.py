@@ -117,7 +117,11 @@ def _spans(fd: int, file_num: int, pos: int, stop: int | None, min_size: int,
 
 @dataclass(frozen=True, slots=True)
 class SegmentSummary:
-    """Result of :func:`scan_segment`: how many whole records, and where they end."""
+    """Result of :func:`scan_segment`: how many whole records, and where they end.
+
+    ``empty`` and ``empty_tail`` count the zero-length records, all of them and those
+    in the run that ends at ``end`` (4 zero bytes each); both are 0 unless asked for.
+    """
 
     file_num: int
     path: str
@@ -127,6 +131,8 @@ class SegmentSummary:
     records: int
     problem: str | None
     bad_length: int | None
+    empty: int = 0
+    empty_tail: int = 0
 
 
 def scan_segment(
@@ -136,21 +142,54 @@ def scan_segment(
     stop: int | None,
     min_size: int,
     max_size: int,
+    empties: bool = False,
 ) -> SegmentSummary:
-    """Count the whole records of a segment from ``pos`` and report the first problem.
+    """Count the whole records of a segment from ``pos`` and report the first problem;
+    with ``empties``, count the zero-length records too.
 
     Raises OSError if the file cannot be opened.
     """
-    count = 0
+    count = empty = tail = 0
     end = pos
     problem: str | None = None
     bad: int | None = None
     for span in iter_spans(path, file_num, pos, stop, min_size, max_size):
-        count += len(span.records)
+        recs = span.records
+        count += len(recs)
         end = span.end
         problem, bad = span.problem, span.bad_length
+        if empties and recs:
+            run = 0
+            for r in reversed(recs):
+                if r[0]:
+                    break
+                run += 1
+            tail = tail + run if run == len(recs) else run
+            empty += run + sum(1 for r in recs[:len(recs) - run] if not r[0])
     size = os.stat(path).st_size
-    return SegmentSummary(file_num, path, size, pos, end, count, problem, bad)
+    return SegmentSummary(file_num, path, size, pos, end, count, problem, bad, empty, tail)
+
+
+def zero_filled_tail(s: SegmentSummary, vouched: bool, min_size: int,
+                     max_size: int) -> int | None:
+    """Where the zero-filled tail of the last segment starts, from its summary
+    ``s`` (scanned with ``empties``); None if its trailing zero-length records
+    are real empty messages.
+
+    A filesystem may persist a file's new size before its data (XFS, ext4
+    ``data=writeback``): after a power cut the bytes past the last fsync read as
+    zeros, every 4 of them an empty record. Only the last segment can end so: a
+    segment is fsynced before the next one is written. Its trailing zero-length
+    records are real when the queue is known to hold empty messages: ``vouched``
+    (one was seen in the segments scanned before), one in ``s`` before them, or one
+    earlier in the segment than ``s.start`` (read only then, one segment at most).
+    """
+    if not s.empty_tail or vouched or s.empty > s.empty_tail:
+        return None
+    if s.start > 0 and scan_segment(s.path, s.file_num, 0, s.start, min_size, max_size,
+                                    empties=True).empty:
+        return None
+    return s.end - HEADER_SIZE * s.empty_tail
 
 
 def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) -> int | None:
