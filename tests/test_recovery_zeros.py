@@ -62,28 +62,66 @@ async def test_whole_new_segment_of_zeros_is_cut(tmp_path: Path) -> None:
     assert await drain(tmp_path) == [b"one", b"two"]
 
 
-async def test_known_empty_messages_are_kept(tmp_path: Path) -> None:
-    # An empty record before a non-empty one past the write position: this queue
-    # holds empty messages, so the trailing ones are real.
+def mark(directory: Path) -> None:
+    """The empty-message marker a queue makes before it accepts an empty message."""
+    Path(lay(directory).empty_marker_path).touch()
+
+
+async def test_with_the_marker_trailing_empty_messages_are_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Empty puts fsynced (sync_every=1) before a meta store covered them: the marker
+    # says this queue holds empty messages, so they are messages, silently.
     synced = rec(b"alpha")
-    tail = rec(b"") + rec(b"x") + rec(b"") + rec(b"")
-    write_files(tmp_path, {0: synced + tail}, Meta(1, 0, 0, 0, len(synced)))
-    assert await drain(tmp_path) == [b"alpha", b"", b"x", b"", b""]
+    mark(tmp_path)
+    write_files(tmp_path, {0: synced + rec(b"") + rec(b"")}, Meta(1, 0, 0, 0, len(synced)))
+    with caplog.at_level(logging.WARNING, logger="aiodiskqueue"):
+        assert await drain(tmp_path) == [b"alpha", b"", b""]
+    assert caplog.text == ""
 
 
-async def test_an_empty_message_earlier_in_the_segment_vouches_for_the_tail(
+async def test_with_the_marker_a_zero_filled_tail_reads_as_empty_messages(
         tmp_path: Path) -> None:
-    # A process killed after its empty puts were fsynced, before a meta store covered
-    # them: an empty record the meta covers shows this queue holds empty messages.
+    # The cost of the rule, documented: a queue that holds empty messages cannot tell
+    # a zero-filled tail from them (the format has no checksum).
+    mark(tmp_path)
+    write_files(tmp_path, {0: rec(b"a") + bytes(12)}, Meta(1, 0, 0, 0, 5))
+    assert await drain(tmp_path) == [b"a", b"", b"", b""]
+
+
+async def test_without_the_marker_earlier_empty_records_vouch_for_nothing(
+        tmp_path: Path) -> None:
+    # Empty records the meta covers, or one before non-empty records past it, do not
+    # make a trailing run real: only the marker does (a queue writes it before its
+    # first empty message; these files were written by something else).
     covered = rec(b"x") + rec(b"") + rec(b"y")
-    write_files(tmp_path, {0: covered + rec(b"") + rec(b"")}, Meta(3, 0, 0, 0, len(covered)))
-    assert await drain(tmp_path) == [b"x", b"", b"y", b"", b""]
+    tail = rec(b"") + rec(b"z") + rec(b"") + rec(b"")
+    write_files(tmp_path, {0: covered + tail}, Meta(3, 0, 0, 0, len(covered)))
+    assert await drain(tmp_path) == [b"x", b"", b"y", b"", b"z"]
 
 
-async def test_a_consumed_empty_message_vouches_for_the_tail(tmp_path: Path) -> None:
-    covered = rec(b"x") + rec(b"")  # both read before the crash
-    write_files(tmp_path, {0: covered + rec(b"")}, Meta(0, 0, len(covered), 0, len(covered)))
-    assert await drain(tmp_path) == [b""]
+@pytest.mark.parametrize("with_meta", [True, False], ids=["tail-past-meta", "no-meta"])
+async def test_min_msg_size_a_zero_filled_tail_is_cut_not_quarantined(
+        tmp_path: Path, with_meta: bool, caplog: pytest.LogCaptureFixture) -> None:
+    # min_msg_size=1: a zero length is invalid, but zeros to the end of the last
+    # segment are what a power cut leaves, not damage: cut with the same warning.
+    synced = rec(b"alpha")
+    write_files(tmp_path, {0: synced + rec(b"beta") + bytes(4096 + 2)},
+                Meta(1, 0, 0, 0, len(synced)) if with_meta else None)
+    with caplog.at_level(logging.WARNING, logger="aiodiskqueue"):
+        async with DiskQueue(tmp_path, "q", min_msg_size=1) as q:
+            assert [await q.get() for _ in range(q.qsize())] == [b"alpha", b"beta"]
+    assert "zero-filled tail" in caplog.text
+    assert lay(tmp_path).bad_files() == []
+    assert Path(lay(tmp_path).segment_path(0)).stat().st_size == len(synced) + 8
+
+
+async def test_min_msg_size_zeros_then_garbage_are_damage(tmp_path: Path) -> None:
+    synced = rec(b"alpha")
+    write_files(tmp_path, {0: synced + bytes(4096) + b"\xff" * 100},
+                Meta(1, 0, 0, 0, len(synced)))
+    async with DiskQueue(tmp_path, "q", min_msg_size=1) as q:
+        assert [await q.get() for _ in range(q.qsize())] == [b"alpha"]
+    assert len(lay(tmp_path).bad_files()) == 1
 
 
 async def test_empty_messages_ending_a_completed_segment_are_kept(tmp_path: Path) -> None:

@@ -10,28 +10,26 @@ store; in strict mode CorruptionError is raised and nothing is changed.
 Zero-filled tails: a filesystem may persist a file's new size before its data (XFS,
 ext4 ``data=writeback``), so after a power cut the bytes past a segment's last fsync
 can read as zeros, and every 4 zero bytes as an empty record. The format has no
-checksum, so recovery decides: zero-length records that end the last segment, in
-what it scans (past the meta's write position, or every record when the meta is
-rebuilt), are cut as a zero-filled tail, with a warning. They are kept, as real empty
-messages, when another zero-length record lies in what it scanned or earlier in that
-segment, or at the end of a completed segment (fsynced at its roll, so never
-zero-filled); see ``zero_filled_tail`` in ``_format/scan.py``. Records the meta's
-write position covers are never questioned. (go-diskqueue reads them as empty
-messages; nsqd avoids it with its minimum message size of 26 bytes: a queue that
-never holds empty messages can say so with ``min_msg_size=1``, and zeros are then
-a bad length.)
+checksum; a marker file decides (``zero_filled_tail`` in ``_format/scan.py``, the
+rule of every reader): a queue makes ``NAME.diskqueue.empty`` durable before it
+accepts an empty message. Without it, a run of zero-length records that ends the last
+segment past the meta's write position (every record when the meta is rebuilt) is cut
+with a warning; with it they are messages. Records the meta's write position covers
+are never questioned. (go-diskqueue reads zeros as empty messages; nsqd avoids it with
+its minimum message size of 26 bytes. With ``min_msg_size >= 1`` a zero length is
+invalid, and zeros to the end of the last segment are cut the same way.)
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 
 from .._format.layout import file_size, free_bad_name, fsync_dir
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
 from .._format.scan import (
     BAD_LENGTH,
+    ZEROS,
     SegmentSummary,
     realign,
     scan_segment,
@@ -41,8 +39,6 @@ from ..errors import CorruptionError
 from .store import OpenState, SegmentStore
 
 log = logging.getLogger("aiodiskqueue")
-
-ZEROS = "zero-filled tail"  # the problem _cut_tail logs for a cut zero-filled tail
 
 
 class _Misaligned(Exception):
@@ -65,13 +61,14 @@ class Recovery:
         self.max_size = store.max_size
         self.write_file = 0
         self.write_pos = 0
-        self.empties_seen = 0  # zero-length records scanned that are not a zero-filled tail
+        self.marked = False  # the empty-message marker exists: zero-length records are messages
 
     def run(self) -> OpenState:
         """Recover the queue's state from its files; the store takes over its write position."""
         lay = self.layout
         os.makedirs(lay.directory, exist_ok=True)
         segs = lay.segments()
+        self.marked = os.path.exists(lay.empty_marker_path)
         bad_before = len(lay.bad_files())
         for tmp in lay.meta_temp_files():
             if tmp == spare_path(lay.meta_path):
@@ -162,7 +159,6 @@ class Recovery:
         count = 0
         nums = [wf, *sorted(n for n in segs if n > wf)]
         self.write_file, self.write_pos = wf, wp
-        self.empties_seen = 0
         for i, num in enumerate(nums):
             if num not in segs:
                 continue
@@ -194,7 +190,6 @@ class Recovery:
         nums = sorted(n for n in segs if n >= read_file)
         depth = 0
         self.write_file, self.write_pos = read_file, read_pos
-        self.empties_seen = 0
         for i, num in enumerate(nums):
             start = read_pos if num == read_file else 0
             s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size,
@@ -221,16 +216,8 @@ class Recovery:
         return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
 
     def _zero_tail(self, s: SegmentSummary, last: bool) -> SegmentSummary:
-        """``s`` without the zero-length records at the end of the last segment that
-        read as a zero-filled tail (see :func:`zero_filled_tail`); counts the others."""
-        start = zero_filled_tail(s, self.empties_seen > 0, self.min_size, self.max_size) \
-            if last else None
-        if start is None:
-            self.empties_seen += s.empty
-            return s
-        return replace(s, end=start, records=s.records - s.empty_tail,
-                       problem=s.problem if s.problem == BAD_LENGTH else ZEROS,
-                       empty=0, empty_tail=0)
+        """``s`` without a zero-filled tail if it is the last segment's."""
+        return zero_filled_tail(s, self.marked, self.min_size) if last else s
 
     def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None,
                   damaged: bool = False) -> None:
