@@ -86,7 +86,7 @@ def findings(cuts: list[harness.Cut], tmp_path: Path,
     return found
 
 
-@pytest.mark.parametrize("wl", ["sync1", "default", "ack", "purge", "repair"])
+@pytest.mark.parametrize("wl", ["sync1", "default", "ack", "purge", "repair", "empty"])
 def test_contract_holds_in_every_crash_image(sim: harness.Mount, tmp_path: Path,
                                              wl: str) -> None:
     cuts = run(sim, tmp_path, wl, CUTS, SEED)

@@ -6,8 +6,9 @@ loses none that was written) says what the queue acknowledged:
 
 - ``T p n`` before producer ``p`` puts its ``n``-th message, ``A p n`` once the put
   returned;
-- ``G p n`` once a consumer took it (DiskQueue); ``D p n`` once an AckQueue consumer
-  got it, ``B p n``/``F p n`` before and after its ``finish()``;
+- ``G p n`` once a consumer took it (DiskQueue), ``E`` once it took an empty
+  message; ``D p n`` once an AckQueue consumer got it, ``B p n``/``F p n`` before and
+  after its ``finish()``;
 - ``SB``/``SE`` before and after ``await q.sync()``; ``PB``/``PE`` around ``purge()``;
 - ``READY`` once the queue is open.
 
@@ -16,6 +17,8 @@ segments), ``default`` (DiskQueue's default sync settings with ``sync()`` calls)
 ``ack`` (AckQueue, ``sync_every=1``: finish, requeue, time-outs, dead letters),
 ``ackdefault`` (the same with the default sync settings and ``sync()`` calls),
 ``purge`` (DiskQueue, ``sync_every=1``, a producer that purges now and then),
+``empty`` (``sync1`` whose producer ``EMPTY_PRODUCER`` puts only empty messages, so
+the queue has its empty-message marker: they cannot be told apart, only counted),
 ``repair`` (``python -m aiodiskqueue repair`` on a queue left durable but stale),
 ``produce`` (``sync1`` without a consumer: the self-test of a lost synced write) and
 ``liar`` (like ``sync1``, but it reports a put before it makes it: the self-test).
@@ -32,6 +35,7 @@ import sys
 QUEUE = "q"
 MAX_ATTEMPTS = 2  # the AckQueue workloads'
 PRODUCERS = 3
+EMPTY_PRODUCER = 2  # in the ``empty`` workload, this producer puts b"" only
 
 
 def payload(p: int, n: int) -> bytes:
@@ -79,7 +83,7 @@ async def diskqueue(kind: str, directory: str, out: Report, rng: random.Random) 
                     out("A", p, n)  # acknowledged before it is written: must be caught
                     await asyncio.sleep(0.01)
                 out("T", p, n)
-                await q.put(payload(p, n))
+                await q.put(b"" if kind == "empty" and p == EMPTY_PRODUCER else payload(p, n))
                 if kind != "liar":
                     out("A", p, n)
                 if kind == "purge" and rng.random() < 0.05:
@@ -93,7 +97,10 @@ async def diskqueue(kind: str, directory: str, out: Report, rng: random.Random) 
             while True:
                 body = await q.get()
                 key = parse(body)
-                out("G", *(key if key else ("?", "?")))
+                if not body and kind == "empty":
+                    out("E")
+                else:
+                    out("G", *(key if key else ("?", "?")))
                 if rng.random() < 0.3:
                     await asyncio.sleep(0.003)
 
