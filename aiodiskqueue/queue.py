@@ -158,7 +158,7 @@ class DiskQueue:
         if e.pending_bytes >= e.opts.write_buffer_bytes:
             raise QueueFull(f"write buffer is full ({e.pending_bytes} bytes pending)")
         if not n:
-            self._empties.start()  # sync() waits for it
+            self._empties.start(e.loop)  # type: ignore[arg-type]  # open: it has a loop
         e.accept([data], n + 4)
 
     async def put(self, item: bytes | bytearray | memoryview) -> None:

@@ -124,3 +124,22 @@ async def test_an_empty_put_fails_if_the_marker_cannot_be_made(tmp_path: Path) -
             await q.sync()  # reported until the marker is made, never just once
         await q.put(b"x")
         assert [await q.get() for _ in range(q.qsize())] == [b"", b"x"]
+
+
+async def test_ack_queue_empty_bodies_make_the_marker_of_its_queues(tmp_path: Path) -> None:
+    # The AckQueue puts into its data queue and dead-letter queue through put and
+    # put_many, and commits through sync(): an empty body makes the marker there.
+    from aiodiskqueue import AckQueue
+    from aiodiskqueue._format.layout import dead_letter_layout
+
+    async with AckQueue(tmp_path, "q", sync_every=1, max_attempts=1) as q:
+        await q.put(b"")
+        await q.put_many([b"x", b""])
+        assert os.path.exists(Layout(str(tmp_path), "q").empty_marker_path)
+        msg = await q.get()
+        assert msg.body == b""
+        await msg.requeue()  # its last attempt: into the dead-letter queue
+        assert [(await q.get()).body for _ in range(2)] == [b"x", b""]
+    assert os.path.exists(dead_letter_layout(str(tmp_path), "q").empty_marker_path)
+    async with DiskQueue(dead_letter_layout(str(tmp_path), "q").directory, "q") as dead:
+        assert [await dead.get() for _ in range(dead.qsize())] == [b""]

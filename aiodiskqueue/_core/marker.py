@@ -49,11 +49,11 @@ class EmptyMarker:
         """Whether this object made the marker durable."""
         return self._made
 
-    def start(self) -> None:
-        """Start making it (``put_nowait(b"")``): the next :meth:`settle` waits for it."""
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start making it on ``loop``'s executor (``put_nowait(b"")``): the next
+        :meth:`settle` waits for it."""
         self._wanted = True
         if not self._made and self._fut is None:
-            loop = asyncio.get_running_loop()
             self._fut = loop.run_in_executor(None, make_marker, self._layout)
 
     async def ensure(self) -> None:
@@ -67,7 +67,7 @@ class EmptyMarker:
         """
         if self._made:
             return
-        self.start()
+        self.start(asyncio.get_running_loop())
         fut = self._fut
         assert fut is not None
         try:
