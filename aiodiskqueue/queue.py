@@ -333,7 +333,8 @@ class DiskQueue:
         """Drop every message not yet taken (go-diskqueue's ``Empty()``).
 
         Messages put before the call are dropped, even if still pending; later
-        puts are kept. The segment files are deleted.
+        puts are kept. The segment files are deleted; the empty-message marker
+        (``NAME.diskqueue.empty``) is kept.
 
         Raises QueueClosed if the queue is closed, DiskQueueError on I/O errors.
         """
