@@ -18,6 +18,20 @@ setup() {
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -e ".[$1]"
 }
 
+# The power-cut tests (tests/test_powercut.py) mount a FUSE filesystem: libfuse3 and
+# fusermount3 come from Debian's fuse3. Installed quietly where missing and apt-get can;
+# never fatal here: without FUSE those tests fail under CI=true and are skipped, with
+# the reason, elsewhere.
+ensure_fuse() {
+  if command -v fusermount3 >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 \
+      || [ "$(id -u)" -ne 0 ]; then
+    return 0
+  fi
+  echo "== installing fuse3 (for the power-cut tests)"
+  { apt-get install -y -qq fuse3 || { apt-get update -qq && apt-get install -y -qq fuse3; }; } \
+    >/dev/null 2>&1 || echo "note: could not install fuse3; the power-cut tests need it" >&2
+}
+
 case "${1:-}" in
   demo)
     shift
@@ -27,6 +41,7 @@ case "${1:-}" in
   test)
     shift
     setup "dev,spark,uvloop,metrics,cli,bench,broker"
+    ensure_fuse
     if [ $# -eq 0 ]; then
       # The core once more without the native write lane: the Python I/O thread path
       # is what runs where no C compiler was available at install time.

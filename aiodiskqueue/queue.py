@@ -12,6 +12,7 @@ from typing import Any, final
 from ._core.buffers import QUEUE_OPEN, Lifecycle
 from ._core.engine import Engine
 from ._core.inline import write_one
+from ._core.marker import EmptyMarker
 from ._core.options import (
     DEFAULTS,
     Options,
@@ -73,6 +74,7 @@ class DiskQueue:
     def _setup(self, directory: str | os.PathLike[str], name: str, opts: Options) -> None:
         self._layout = Layout(os.fspath(directory), check_name(name))
         self._e = Engine(self._layout, opts)
+        self._empties = EmptyMarker(self._layout)  # made before an empty message is durable
         self._closing: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ life cycle
@@ -112,6 +114,7 @@ class DiskQueue:
         if e.task is None:
             return
         await asyncio.shield(e.task)
+        await asyncio.shield(self._empties.settle_quietly())
 
     def shutdown(self, immediate: bool = False) -> None:
         """Refuse new puts; ``get()`` drains what is left, then raises QueueClosed.
@@ -154,6 +157,8 @@ class DiskQueue:
             raise QueueFull(f"queue is at maxsize={e.maxsize}")
         if e.pending_bytes >= e.opts.write_buffer_bytes:
             raise QueueFull(f"write buffer is full ({e.pending_bytes} bytes pending)")
+        if not n:
+            self._empties.start(e.loop)  # type: ignore[arg-type]  # open: it has a loop
         e.accept([data], n + 4)
 
     async def put(self, item: bytes | bytearray | memoryview) -> None:
@@ -164,16 +169,21 @@ class DiskQueue:
         If the call is cancelled after the message was accepted, the message
         may still be stored. A producer alone on the queue may go on without
         suspending for a few puts in a row, as with ``asyncio.Queue.put``.
+        The queue's first empty message waits until its marker file
+        (``NAME.diskqueue.empty``) is durable: recovery keeps empty records only
+        in a queue that has one.
 
         Raises MessageSizeError, TypeError, QueueClosed as ``put_nowait`` does,
-        and DiskQueueError (chained to the OSError) if the write fails; then
-        nothing of its batch is stored.
+        and DiskQueueError (chained to the OSError) if the write fails (then
+        nothing of its batch is stored) or the marker cannot be made.
         """
         e = self._e
         data = item if type(item) is bytes else as_bytes(item)
         n = len(data)
         if n < e.min_size or n > e.max_size:
             raise MessageSizeError(n, e.min_size, e.max_size)
+        if not n:
+            await self._empties.ensure()
         if e.maxsize:
             await e.wait_not_full()
         if e.state is not QUEUE_OPEN:
@@ -205,9 +215,12 @@ class DiskQueue:
             return
         lens = list(map(len, datas))
         lo, hi = e.min_size, e.max_size
-        if min(lens) < lo or max(lens) > hi:
+        shortest = min(lens)
+        if shortest < lo or max(lens) > hi:
             bad = next(n for n in lens if n < lo or n > hi)
             raise MessageSizeError(bad, lo, hi)
+        if not shortest:
+            await self._empties.ensure()
         if e.state is not QUEUE_OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
@@ -303,22 +316,25 @@ class DiskQueue:
     # ------------------------------------------------------------------ sync / purge / stats
 
     async def sync(self) -> None:
-        """fsync the data and store the meta file now, with every put accepted so far.
+        """fsync the data and store the meta file now, with every put accepted so far
+        (and the empty-message marker, if an empty message was put).
 
-        Raises DiskQueueError if the fsync or a ``put_nowait`` batch since the
-        last ``sync()`` failed; QueueClosed if the queue is closed.
+        Raises DiskQueueError if the fsync, the marker or a ``put_nowait`` batch
+        since the last ``sync()`` failed; QueueClosed if the queue is closed.
         """
         e = self._e
         await e.request_sync()
         err = e.take_write_error()
         if err is not None:
             raise err
+        await self._empties.settle()
 
     async def purge(self) -> None:
         """Drop every message not yet taken (go-diskqueue's ``Empty()``).
 
         Messages put before the call are dropped, even if still pending; later
-        puts are kept. The segment files are deleted.
+        puts are kept. The segment files are deleted; the empty-message marker
+        (``NAME.diskqueue.empty``) is kept.
 
         Raises QueueClosed if the queue is closed, DiskQueueError on I/O errors.
         """

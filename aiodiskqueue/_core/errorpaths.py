@@ -183,11 +183,17 @@ class ErrorPaths(QueueBuffers):
 
     def _check_depth_floor(self) -> None:
         """Never a depth below what is known to be unread: every ready record, plus one
-        while unread bytes remain on disk. A depth below that (a wrong meta file) is
-        raised to it at once and recounted exactly by the next hop."""
-        # After a recount from this cursor its result is the truth: what lies between the
-        # cursor and the write position may be no record at all (a file's end, damage).
-        on_disk = self.read_at < self.write_at and self.read_at != self._recounted_at
+        while a record is known to remain on disk. A depth below that (a wrong meta file)
+        is raised to it at once and recounted exactly by the next hop."""
+        # A record is known to remain only where the write position has records before
+        # it that the cursor has not passed: in the write file itself. A cursor in an
+        # earlier file with the write position at the start of its file may be at the
+        # end of a completed segment followed by empty ones (a roll, or a tail cut to 0
+        # bytes by recovery): no record at all. After a recount from this cursor its
+        # result is the truth (what lies before the write position may be damage).
+        (rf, rp), (wf, wp) = self.read_at, self.write_at
+        on_disk = (rp < wp if rf == wf else rf < wf and wp > 0) \
+            and self.read_at != self._recounted_at
         floor = len(self.ready) + (1 if on_disk else 0)
         if self.depth < floor:
             log.warning("%s: depth %d is below the %d record(s) known to be unread; "

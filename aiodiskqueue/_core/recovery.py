@@ -6,6 +6,18 @@ segments, scan past its write position for records written after the last meta
 sync (cutting a torn tail), and rebuild the meta from the segments when it is
 missing or does not match them. Damaged segments are quarantined through the
 store; in strict mode CorruptionError is raised and nothing is changed.
+
+Zero-filled tails: a filesystem may persist a file's new size before its data (XFS,
+ext4 ``data=writeback``), so after a power cut the bytes past a segment's last fsync
+can read as zeros, and every 4 zero bytes as an empty record. The format has no
+checksum; a marker file decides (``zero_filled_tail`` in ``_format/scan.py``, the
+rule of every reader): a queue makes ``NAME.diskqueue.empty`` durable before it
+accepts an empty message. Without it, a run of zero-length records that ends the last
+segment past the meta's write position (every record when the meta is rebuilt) is cut
+with a warning; with it they are messages. Records the meta's write position covers
+are never questioned. (go-diskqueue reads zeros as empty messages; nsqd avoids it with
+its minimum message size of 26 bytes. With ``min_msg_size >= 1`` a zero length is
+invalid, and zeros to the end of the last segment are cut the same way.)
 """
 
 from __future__ import annotations
@@ -15,7 +27,14 @@ import os
 
 from .._format.layout import file_size, free_bad_name, fsync_dir
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
-from .._format.scan import BAD_LENGTH, realign, scan_segment
+from .._format.scan import (
+    BAD_LENGTH,
+    ZEROS,
+    SegmentSummary,
+    realign,
+    scan_segment,
+    zero_filled_tail,
+)
 from ..errors import CorruptionError
 from .store import OpenState, SegmentStore
 
@@ -42,12 +61,14 @@ class Recovery:
         self.max_size = store.max_size
         self.write_file = 0
         self.write_pos = 0
+        self.marked = False  # the empty-message marker exists: zero-length records are messages
 
     def run(self) -> OpenState:
         """Recover the queue's state from its files; the store takes over its write position."""
         lay = self.layout
         os.makedirs(lay.directory, exist_ok=True)
         segs = lay.segments()
+        self.marked = os.path.exists(lay.empty_marker_path)
         bad_before = len(lay.bad_files())
         for tmp in lay.meta_temp_files():
             if tmp == spare_path(lay.meta_path):
@@ -142,13 +163,15 @@ class Recovery:
             if num not in segs:
                 continue
             start = wp if num == wf else 0
-            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size,
+                             empties=True)
             if (s.problem is not None and start > 0
                     and realign(segs[num], num, start, self.min_size, self.max_size) is not None):
                 # Scanning from a position inside a record finds garbage: the meta is
                 # wrong, and truncating or quarantining here would destroy good records.
                 raise _Misaligned(segs[num], start)
             last = i == len(nums) - 1
+            s = self._zero_tail(s, last)
             if s.problem is not None or s.end < s.size:
                 self._cut_tail(segs[num], num, s.end, s.size, s.problem, damaged=not last)
             if num != wf and s.records:
@@ -169,7 +192,8 @@ class Recovery:
         self.write_file, self.write_pos = read_file, read_pos
         for i, num in enumerate(nums):
             start = read_pos if num == read_file else 0
-            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size)
+            s = scan_segment(segs[num], num, start, None, self.min_size, self.max_size,
+                             empties=True)
             if s.problem is not None and start > 0:
                 back = realign(segs[num], num, start, self.min_size, self.max_size)
                 if back is not None:
@@ -179,7 +203,8 @@ class Recovery:
                                 "from %d", segs[num], start, back)
                     read_pos = start = back
                     s = scan_segment(segs[num], num, start, None, self.min_size,
-                                     self.max_size)
+                                     self.max_size, empties=True)
+            s = self._zero_tail(s, i == len(nums) - 1)
             if s.problem is not None or s.end < s.size:
                 self._cut_tail(segs[num], num, s.end, s.size, s.problem,
                                damaged=i < len(nums) - 1)
@@ -189,6 +214,10 @@ class Recovery:
             read_file, read_pos = nums[0], 0
         read_file, read_pos = min((read_file, read_pos), (self.write_file, self.write_pos))
         return Meta(depth, read_file, read_pos, self.write_file, self.write_pos), depth
+
+    def _zero_tail(self, s: SegmentSummary, last: bool) -> SegmentSummary:
+        """``s`` without a zero-filled tail if it is the last segment's."""
+        return zero_filled_tail(s, self.marked, self.min_size) if last else s
 
     def _cut_tail(self, path: str, num: int, end: int, size: int, problem: str | None,
                   damaged: bool = False) -> None:
@@ -215,6 +244,10 @@ class Recovery:
             log.warning("%s: %s at offset %d; %d byte(s) from there saved as %s and cut off",
                         path, "bad record length" if problem == BAD_LENGTH else "damage", end,
                         size - end, dst)
+        elif problem == ZEROS:
+            log.warning("%s: truncating %d byte(s) at offset %d that read as empty messages "
+                        "never written (a zero-filled tail: the file's size reached the disk "
+                        "before its data)", path, size - end, end)
         else:
             log.warning("%s: truncating %d byte(s) of torn tail at offset %d (%s)",
                         path, size - end, end, problem)

@@ -102,6 +102,17 @@ class Layout:
         os.rename(self.segment_path(num), dst)
         return dst
 
+    @property
+    def empty_marker_path(self) -> str:
+        """``NAME.diskqueue.empty``: exists once the queue has accepted an empty message.
+
+        Made durable before the first empty message is accepted, and kept: recovery
+        reads zero-length records past the meta's write position as messages only
+        when it exists (see ``zero_filled_tail`` in ``_format/scan.py``).
+        go-diskqueue ignores the file.
+        """
+        return os.path.join(self.directory, f"{self.name}.diskqueue.empty")
+
 
 _QUEUE_RE = re.compile(r"\A(.+)\.diskqueue\.(?:meta|\d+)\.dat\Z")
 
@@ -122,7 +133,7 @@ DEAD_LETTER_DIR_SUFFIX = ".dead-letters"
 """An AckQueue's dead-letter queue lives in the subdirectory ``NAME.dead-letters``.
 
 A subdirectory rather than a sibling queue ``NAME.dead``: every queue's own
-file name ends in ``.dat``, ``.lock``, ``.tmp``, ``.bad[.N]`` or ``.log``, and
+file name ends in ``.dat``, ``.lock``, ``.empty``, ``.tmp``, ``.bad[.N]`` or ``.log``, and
 no queue name can contain ``/``, so no other queue's files, whatever its
 name, can ever be those of a dead-letter queue (an earlier layout used the
 sibling ``NAME.dead``, which is also a valid name of an unrelated queue).
@@ -161,9 +172,9 @@ def ack_log_files(directory: str, name: str) -> dict[int, str]:
 
 def queue_files(lay: Layout) -> list[str]:
     """Every existing file of the DiskQueue at ``lay``: segments, ``.bad`` ones, meta,
-    temps, lock."""
+    temps, lock, empty-message marker."""
     out = [*lay.segments().values(), *lay.bad_files(), *lay.meta_temp_files(),
-           lay.meta_path, lay.lock_path]
+           lay.meta_path, lay.lock_path, lay.empty_marker_path]
     return sorted(p for p in out if os.path.exists(p))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .codec import HEADER, HEADER_SIZE, parse
 from .meta import Meta, read_is_trusted
@@ -18,6 +18,7 @@ Record = tuple[bytes, int, int]
 
 TORN = "torn"
 BAD_LENGTH = "bad_length"
+ZEROS = "zero-filled tail"  # see zero_filled_tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,11 @@ def _spans(fd: int, file_num: int, pos: int, stop: int | None, min_size: int,
 
 @dataclass(frozen=True, slots=True)
 class SegmentSummary:
-    """Result of :func:`scan_segment`: how many whole records, and where they end."""
+    """Result of :func:`scan_segment`: how many whole records, and where they end.
+
+    ``empty`` and ``empty_tail`` count the zero-length records, all of them and those
+    in the run that ends at ``end`` (4 zero bytes each); both are 0 unless asked for.
+    """
 
     file_num: int
     path: str
@@ -127,6 +132,8 @@ class SegmentSummary:
     records: int
     problem: str | None
     bad_length: int | None
+    empty: int = 0
+    empty_tail: int = 0
 
 
 def scan_segment(
@@ -136,21 +143,87 @@ def scan_segment(
     stop: int | None,
     min_size: int,
     max_size: int,
+    empties: bool = False,
 ) -> SegmentSummary:
-    """Count the whole records of a segment from ``pos`` and report the first problem.
+    """Count the whole records of a segment from ``pos`` and report the first problem;
+    with ``empties``, count the zero-length records too.
 
     Raises OSError if the file cannot be opened.
     """
-    count = 0
+    count = empty = tail = 0
     end = pos
     problem: str | None = None
     bad: int | None = None
     for span in iter_spans(path, file_num, pos, stop, min_size, max_size):
-        count += len(span.records)
+        recs = span.records
+        count += len(recs)
         end = span.end
         problem, bad = span.problem, span.bad_length
+        if empties and recs:
+            run = 0
+            for r in reversed(recs):
+                if r[0]:
+                    break
+                run += 1
+            tail = tail + run if run == len(recs) else run
+            empty += run + sum(1 for r in recs[:len(recs) - run] if not r[0])
     size = os.stat(path).st_size
-    return SegmentSummary(file_num, path, size, pos, end, count, problem, bad)
+    return SegmentSummary(file_num, path, size, pos, end, count, problem, bad, empty, tail)
+
+
+def zero_filled_tail(s: SegmentSummary, marked: bool, min_size: int) -> SegmentSummary:
+    """``s`` without its zero-filled tail: the rule every reader of a queue's files follows.
+
+    ``s`` is the summary of the queue's last segment from the meta's write position
+    (from the read position when there is no meta), scanned with ``empties``.
+    ``marked`` says the queue's empty-message marker exists
+    (:attr:`~aiodiskqueue._format.layout.Layout.empty_marker_path`).
+
+    A filesystem may persist a file's new size before its data (XFS, ext4
+    ``data=writeback``): after a power cut the bytes past the last fsync read as
+    zeros, every 4 of them an empty record. Only the last segment can end so (a
+    segment is fsynced before the next one is written), and only past the meta's
+    write position (a meta is stored after the fsync of what it covers). The
+    format has no checksum, so the marker decides: a queue makes it durable
+    before it accepts its first empty message. With the marker (and
+    ``min_size == 0``) every zero-length record is a message. Without it, the
+    run of zero-length records that ends the records of ``s`` is a zero-filled
+    tail; so are zeros where ``min_size >= 1`` makes a zero length invalid, when
+    only zeros follow to the end of the file. The result then ends where the tail
+    starts, with ``problem`` :data:`ZEROS` (cut it, with a warning), or
+    :data:`BAD_LENGTH` when bytes that are no record follow the zeros (damage).
+    """
+    if marked and min_size == 0:
+        return s
+    if s.empty_tail:
+        start = s.end - HEADER_SIZE * s.empty_tail
+        problem = s.problem if s.problem == BAD_LENGTH else ZEROS
+        return replace(s, end=start, records=s.records - s.empty_tail, problem=problem,
+                       empty=s.empty - s.empty_tail, empty_tail=0)
+    if s.problem == BAD_LENGTH and s.bad_length == 0 and _zeros_to_end(s.path, s.end):
+        return replace(s, problem=ZEROS, bad_length=None)
+    return s
+
+
+def _zeros_to_end(path: str, pos: int) -> bool:
+    """Whether every byte of ``path`` from ``pos`` to its end is zero."""
+    with open(path, "rb") as f:
+        f.seek(pos)
+        while chunk := f.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                return False
+    return True
+
+
+def tail_summary(path: str, file_num: int, pos: int, marked: bool, min_size: int,
+                 max_size: int) -> SegmentSummary:
+    """The last segment's records from ``pos`` (the meta's write position in it, else 0)
+    without a zero-filled tail (see :func:`zero_filled_tail`).
+
+    Raises OSError if the file cannot be opened.
+    """
+    s = scan_segment(path, file_num, pos, None, min_size, max_size, empties=True)
+    return zero_filled_tail(s, marked, min_size)
 
 
 def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) -> int | None:

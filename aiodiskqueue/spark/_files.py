@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .._format.layout import Layout
 from .._format.lock import lock_holder
 from .._format.meta import Meta, load_meta
-from .._format.scan import BAD_LENGTH, Record, iter_spans, scan_segment
+from .._format.scan import BAD_LENGTH, ZEROS, Record, iter_spans, scan_segment, tail_summary
 from ..errors import DiskQueueError
 from ._errors import corrupt_length, repair_advice, report_torn
 from ._listing import QueueFiles
@@ -130,10 +130,16 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
     tail = 0
     torn = None
     later = sorted(n for n in segs if n >= wf)
+    marked = os.path.exists(layout.empty_marker_path)
     for num in later:
         scan_from = wp if num == wf else 0
         try:
-            s = scan_segment(segs[num], num, scan_from, None, min_size, max_size)
+            if num == later[-1]:
+                # Without the empty-message marker, zero-length records that end the last
+                # segment are a zero-filled tail, as the core sees them: cut like a torn one.
+                s = tail_summary(segs[num], num, scan_from, marked, min_size, max_size)
+            else:
+                s = scan_segment(segs[num], num, scan_from, None, min_size, max_size)
         except FileNotFoundError:
             continue  # consumed since the listing
         tail += s.records
@@ -148,7 +154,7 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
         sizes[num] = s.size
         if s.end < s.size:
             torn = (num, s.end, s.size)
-            if s.problem == BAD_LENGTH and num == later[-1]:
+            if s.problem in (BAD_LENGTH, ZEROS) and num == later[-1]:
                 log.warning("%s: %s at byte %d; reading stops there", segs[num], s.problem, s.end)
         end = (num, s.end)
     if torn is not None and torn[0] != end[0]:

@@ -155,6 +155,7 @@ def _ls_entry(lay: Layout) -> dict[str, Any]:
         "bad_file_names": [os.path.basename(b) for b in bad],
         "locked_by_pid": holder(lay),
         "meta": meta_state,
+        "empty_messages": os.path.exists(lay.empty_marker_path),
     }
 
 

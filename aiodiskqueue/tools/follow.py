@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from .._format.layout import Layout, file_size
 from .._format.meta import load_meta
-from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans, unread_start
+from .._format.scan import BAD_LENGTH, TORN, ZEROS, Span, iter_spans, tail_summary, unread_start
 from .inspect import ERROR, Problem, walk_segment
 
 # ---------------------------------------------------------------------- reading messages
@@ -81,13 +81,17 @@ def iter_messages(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
     """
     fnum, pos = start if start is not None else start_position(layout, min_size, max_size)
     index = 0
-    for num, path in sorted(layout.segments().items()):
+    segs = layout.segments()
+    last = max(segs, default=-1)
+    for num, path in sorted(segs.items()):
         if num < fnum:
             continue
         begin = pos if num == fnum else 0
         fname = os.path.basename(path)
         try:
-            spans = iter_spans(path, num, begin, None, min_size, max_size)
+            stop, zeros = (_zero_tail(layout, num, path, begin, min_size, max_size)
+                           if num == last else (None, None))
+            spans = iter_spans(path, num, begin, stop, min_size, max_size)
             for span in spans:
                 for payload, _, end in span.records:
                     yield StoredMessage(index, fname, end - 4 - len(payload), payload)
@@ -96,8 +100,36 @@ def iter_messages(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
                     kind = "torn tail" if span.problem == TORN else "bad length"
                     on_problem(Problem(kind, ERROR, fname, span.end,
                                        "reading goes on with the next segment"))
+            if zeros is not None and on_problem is not None:
+                on_problem(zeros)
         except FileNotFoundError:
             continue  # consumed and deleted by the queue while we looked
+
+
+def _zero_tail(layout: Layout, num: int, path: str, begin: int, min_size: int,
+               max_size: int) -> tuple[int | None, Problem | None]:
+    """Where reading the last segment stops, by the queue's rule for a zero-filled
+    tail (:func:`~aiodiskqueue._format.scan.zero_filled_tail`), and the problem there;
+    ``(None, None)`` when it ends in records."""
+    try:
+        meta = load_meta(layout.meta_path)
+    except ValueError:
+        meta = None
+    if meta is not None and num < meta.write_file_num:
+        return None, None
+    pos = begin if meta is None else meta.write_pos if num == meta.write_file_num else 0
+    pos = max(pos, begin)
+    t = tail_summary(path, num, pos, os.path.exists(layout.empty_marker_path), min_size,
+                     max_size)
+    if t.problem == ZEROS:
+        detail = (f"{t.size - t.end} byte(s) of zeros that read as empty messages never put "
+                  "(a zero-filled tail: the queue cuts them on open)")
+        return t.end, Problem("zero-filled tail", ERROR, os.path.basename(path), t.end, detail)
+    if t.problem == BAD_LENGTH:
+        # Where the damage starts: after the records, without zeros that precede it.
+        return t.end, Problem("bad length", ERROR, os.path.basename(path), t.end,
+                              "reading goes on with the next segment")
+    return None, None
 
 
 class Follower:

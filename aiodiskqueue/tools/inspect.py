@@ -8,6 +8,10 @@ of what :func:`analyze` finds is :mod:`.repair`.
 Problem kinds reported by :func:`analyze` (``severity`` in brackets):
 
 - ``torn tail`` [error]: bytes after the last whole record of a segment.
+- ``zero-filled tail`` [error]: zero-length records (or zeros) that end the last
+  segment past the meta's write position in a queue without the empty-message
+  marker: what a power cut leaves where a file's size reached the disk before its
+  data (``zero_filled_tail`` in ``_format/scan.py``; the queue cuts them on open).
 - ``bad length`` [error]: a length field outside ``[min_msg_size, max_msg_size]``.
 - ``missing segment`` [error]: a segment between the read and write positions is gone.
 - ``meta missing`` / ``meta unreadable`` [error]: segments but no usable meta file.
@@ -29,7 +33,7 @@ from typing import Any
 from .._format.layout import Layout
 from .._format.lock import lock_holder
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
-from .._format.scan import BAD_LENGTH, TORN, Span, iter_spans, realign
+from .._format.scan import BAD_LENGTH, TORN, ZEROS, Span, iter_spans, realign, tail_summary
 from ..errors import QueueNotFound
 
 ERROR = "error"
@@ -118,6 +122,22 @@ def walk_segment(
         problem, bad = span.problem, span.bad_length
     size = os.stat(path).st_size
     return Walk(size, start, end, records, problem, bad, ms)
+
+
+def cut_zero_tail(w: Walk, path: str, num: int, pos: int, marked: bool, min_size: int,
+                  max_size: int) -> None:
+    """Take the zero-filled tail off walk ``w`` of the queue's last segment, scanned
+    for it from ``pos`` (the meta's write position in it, else where reading starts):
+    the queue's own rule (:func:`~aiodiskqueue._format.scan.zero_filled_tail`).
+
+    Raises OSError if the file cannot be read.
+    """
+    if pos > w.end:
+        return
+    t = tail_summary(path, num, pos, marked, min_size, max_size)
+    if t.end < w.end or t.problem == ZEROS:
+        w.records -= (w.end - t.end) // 4  # zero-length records: 4 bytes each
+        w.end, w.problem, w.bad_length = t.end, t.problem, t.bad_length
 
 
 # ---------------------------------------------------------------------- reports
@@ -260,11 +280,17 @@ def unindexed_tail(layout: Layout, meta: Meta, min_size: int = 0,
     """
     wf, wp = meta.write
     count, end = 0, (wf, wp)
-    for num, path in sorted(layout.segments().items()):
+    segs = layout.segments()
+    last = max(segs, default=-1)
+    marked = os.path.exists(layout.empty_marker_path)
+    for num, path in sorted(segs.items()):
         if num < wf:
             continue
+        start = wp if num == wf else 0
         try:
-            w = walk_segment(path, num, wp if num == wf else 0, min_size, max_size)
+            w = walk_segment(path, num, start, min_size, max_size)
+            if num == last:
+                cut_zero_tail(w, path, num, start, marked, min_size, max_size)
         except FileNotFoundError:
             continue
         if num == wf and w.size < wp:
@@ -347,6 +373,7 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
     if rf not in segs:
         rf, rp = (live[0], 0) if live else (wf, 0)
     last = live[-1] if live else None
+    marked = os.path.exists(layout.empty_marker_path)
 
     indexed = 0
     unindexed = 0
@@ -389,6 +416,9 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
             new_read = (num, start)
         else:
             w = walk_segment(path, num, 0, min_size, max_size, marks, progress)
+        if num == last and (meta is None or num >= wf):
+            cut_zero_tail(w, path, num, start if meta is None else wp if num == wf else 0,
+                          marked, min_size, max_size)
         # A walk from the segment's start counted the consumed records too; one from
         # the read position (damage before it) did not.
         unread = w.records - (consumed if w.start == 0 else 0)
@@ -420,6 +450,11 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
                 detail = (f"{w.size - w.end} byte(s) after the last whole record "
                           f"({where})")
                 problems.append(Problem("torn tail", ERROR, name(path), w.end, detail))
+            elif w.problem == ZEROS:
+                problems.append(Problem("zero-filled tail", ERROR, name(path), w.end,
+                                        f"{w.size - w.end} byte(s) of zeros that read as empty "
+                                        "messages never put (the file's size reached the disk "
+                                        "before its data; no empty-message marker)"))
             elif w.problem == BAD_LENGTH:
                 problems.append(Problem("bad length", ERROR, name(path), w.end,
                                         f"length field {w.bad_length} outside "

@@ -16,7 +16,7 @@ from typing import Any
 from .._format.layout import Layout, free_bad_name, fsync_dir
 from .._format.lock import QueueLock
 from .._format.meta import Meta, store_meta
-from .._format.scan import TORN
+from .._format.scan import TORN, ZEROS
 from ..errors import QueueNotFound
 from .inspect import Progress, QueueReport, analyze, queue_exists
 
@@ -76,9 +76,10 @@ def plan_repair(report: QueueReport) -> Plan:
     for s in live:
         if s.problem is None or s.problem_offset is None:
             continue
-        if s.problem == TORN and s.num == last:
+        if s.problem in (TORN, ZEROS) and s.num == last:
+            what = "torn tail" if s.problem == TORN else "zero-filled tail"
             actions.append(Action("truncate", s.file, s.end,
-                                  f"cut {s.size - s.end} byte(s) of torn tail"))
+                                  f"cut {s.size - s.end} byte(s) of {what}"))
         else:
             actions.append(Action("quarantine", s.file, s.end,
                                   f"copy to .bad, then keep the {s.consumed + s.unread} whole "

@@ -1,0 +1,225 @@
+"""A workload on the simulated disk, killed at a random moment; run as
+``python workload.py KIND DIR REPORT SEED``.
+
+Each line of REPORT (a file outside the mount, one ``os.write`` a line, so a kill
+loses none that was written) says what the queue acknowledged:
+
+- ``T p n`` before producer ``p`` puts its ``n``-th message, ``A p n`` once the put
+  returned;
+- ``G p n`` once a consumer took it (DiskQueue), ``E`` once it took an empty
+  message; ``D p n`` once an AckQueue consumer got it, ``B p n``/``F p n`` before and
+  after its ``finish()``;
+- ``SB``/``SE`` before and after ``await q.sync()``; ``PB``/``PE`` around ``purge()``;
+- ``READY`` once the queue is open.
+
+Kinds: ``sync1`` (DiskQueue, ``sync_every=1``, three producers, one consumer, 4 KiB
+segments), ``default`` (DiskQueue's default sync settings with ``sync()`` calls),
+``ack`` (AckQueue, ``sync_every=1``: finish, requeue, time-outs, dead letters),
+``ackdefault`` (the same with the default sync settings and ``sync()`` calls),
+``purge`` (DiskQueue, ``sync_every=1``, a producer that purges now and then),
+``empty`` (``sync1`` whose producer ``EMPTY_PRODUCER`` puts only empty messages, so
+the queue has its empty-message marker: they cannot be told apart, only counted),
+``repair`` (``python -m aiodiskqueue repair`` on a queue left durable but stale),
+``produce`` (``sync1`` without a consumer: the self-test of a lost synced write) and
+``liar`` (like ``sync1``, but it reports a put before it makes it: the self-test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import sys
+
+QUEUE = "q"
+MAX_ATTEMPTS = 2  # the AckQueue workloads'
+PRODUCERS = 3
+EMPTY_PRODUCER = 2  # in the ``empty`` workload, this producer puts b"" only
+
+
+def payload(p: int, n: int) -> bytes:
+    """The message producer ``p`` puts ``n``-th: its name, then bytes derived from it."""
+    head = f"{p}:{n}:".encode()
+    size = (n * 37 + p * 101) % 300
+    seed = hashlib.blake2b(head, digest_size=32).digest()
+    return head + (seed * (size // 32 + 1))[:size]
+
+
+def parse(body: bytes) -> tuple[int, int] | None:
+    """``(p, n)`` if ``body`` is exactly what :func:`payload` makes for them."""
+    try:
+        p, n, _ = body.split(b":", 2)
+        key = int(p), int(n)
+    except ValueError:
+        return None
+    return key if payload(*key) == body else None
+
+
+class Report:
+    """The report file: one write a line."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def __call__(self, *words: object) -> None:
+        os.write(self.fd, (" ".join(map(str, words)) + "\n").encode())
+
+
+async def diskqueue(kind: str, directory: str, out: Report, rng: random.Random) -> None:
+    from aiodiskqueue import DiskQueue
+
+    opts: dict[str, int] = {"max_bytes_per_file": 4096}
+    if kind != "default":
+        opts["sync_every"] = 1
+    else:
+        opts["max_bytes_per_file"] = 8192
+    async with DiskQueue(directory, QUEUE, **opts) as q:  # type: ignore[arg-type]
+        out("READY")
+
+        async def produce(p: int) -> None:
+            for n in range(1 << 30):
+                if kind == "liar":
+                    out("A", p, n)  # acknowledged before it is written: must be caught
+                    await asyncio.sleep(0.01)
+                out("T", p, n)
+                await q.put(b"" if kind == "empty" and p == EMPTY_PRODUCER else payload(p, n))
+                if kind != "liar":
+                    out("A", p, n)
+                if kind == "purge" and rng.random() < 0.05:
+                    out("PB")
+                    await q.purge()
+                    out("PE")
+                if rng.random() < 0.2:
+                    await asyncio.sleep(0.001)
+
+        async def consume() -> None:
+            while True:
+                body = await q.get()
+                key = parse(body)
+                if not body and kind == "empty":
+                    out("E")
+                else:
+                    out("G", *(key if key else ("?", "?")))
+                if rng.random() < 0.3:
+                    await asyncio.sleep(0.003)
+
+        async def syncer() -> None:
+            while True:
+                await asyncio.sleep(rng.uniform(0.005, 0.03))
+                out("SB")
+                await q.sync()
+                out("SE")
+
+        producers = 1 if kind == "purge" else PRODUCERS
+        tasks = [produce(p) for p in range(producers)]
+        if kind != "produce":
+            tasks.append(consume())
+        if kind == "default":
+            tasks.append(syncer())
+        await asyncio.gather(*tasks)
+
+
+async def ackqueue(kind: str, directory: str, out: Report, rng: random.Random) -> None:
+    from aiodiskqueue import AckQueue
+    from aiodiskqueue._core.options import DEFAULTS
+
+    sync_every = 1 if kind == "ack" else DEFAULTS.sync_every
+    async with AckQueue(directory, QUEUE, max_attempts=MAX_ATTEMPTS, msg_timeout=0.02,
+                        max_bytes_per_file=4096, log_segment_bytes=4096,
+                        sync_every=sync_every) as q:
+        out("READY")
+
+        async def syncer() -> None:
+            while True:
+                await asyncio.sleep(rng.uniform(0.005, 0.03))
+                out("SB")
+                await q.sync()
+                out("SE")
+
+        async def produce(p: int) -> None:
+            for n in range(1 << 30):
+                out("T", p, n)
+                await q.put(payload(p, n))
+                out("A", p, n)
+                if rng.random() < 0.2:
+                    await asyncio.sleep(0.001)
+
+        async def consume() -> None:
+            while True:
+                msg = await q.get()
+                key = parse(msg.body) or ("?", "?")
+                out("D", *key)
+                r = rng.random()
+                if r < 0.6:
+                    out("B", *key)
+                    await msg.finish()
+                    out("F", *key)
+                elif r < 0.8:
+                    await msg.requeue()
+                # else: left to time out (a second delivery dead-letters it)
+
+        tasks = [produce(0), produce(1), consume()]
+        if kind != "ack":
+            tasks.append(syncer())
+        await asyncio.gather(*tasks)
+
+
+def _durable_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def repair(directory: str, out: Report, rng: random.Random) -> None:
+    """Leave a queue that needs repair, durably, then become ``aiodiskqueue repair``:
+    a meta whose write position is behind, records past it in two segments, a torn
+    record at the end, a leftover meta temp file."""
+    from aiodiskqueue._format.layout import Layout
+    from aiodiskqueue._format.meta import Meta
+
+    lay = Layout(directory, QUEUE)
+    n = 0
+    first = 0  # records in segment 0: what the meta's write position (1, 0) covers
+    for num in range(3):
+        data = b""
+        for _ in range(rng.randint(5, 40)):
+            body = payload(0, n)
+            data += len(body).to_bytes(4, "big") + body
+            out("T", 0, n)
+            out("A", 0, n)  # durable below, before the repair starts
+            n += 1
+        if num == 2:
+            data += (500).to_bytes(4, "big") + b"torn"  # a record cut short
+        _durable_file(lay.segment_path(num), data)
+        if num == 0:
+            first = n
+    _durable_file(lay.meta_path, Meta(first, 0, 0, 1, 0).encode())
+    _durable_file(lay.meta_path + ".4242.tmp", b"half a meta")
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    out("READY")
+    os.execv(sys.executable, [sys.executable, "-m", "aiodiskqueue", "repair", "--no-progress",
+                              directory, QUEUE])
+
+
+def main() -> None:
+    kind, directory, report, seed = sys.argv[1:5]
+    out = Report(report)
+    rng = random.Random(int(seed))
+    if kind == "repair":
+        repair(directory, out, rng)
+    elif kind in ("ack", "ackdefault"):
+        asyncio.run(ackqueue(kind, directory, out, rng))
+    else:
+        asyncio.run(diskqueue(kind, directory, out, rng))
+
+
+if __name__ == "__main__":
+    main()
