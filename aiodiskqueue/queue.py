@@ -7,9 +7,10 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
-from typing import Any, final
+from typing import Any, cast, final
 
 from ._core.buffers import QUEUE_OPEN, Lifecycle
+from ._core.consumer import ConsumerEngine
 from ._core.engine import Engine
 from ._core.inline import write_one
 from ._core.options import (
@@ -20,7 +21,9 @@ from ._core.options import (
     check_max_items,
     check_name,
 )
+from ._core.producer import ProducerEngine
 from ._format.layout import Layout
+from ._format.roles import check_role
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
 
 
@@ -52,6 +55,7 @@ class DiskQueue:
         self,
         directory: str | os.PathLike[str],
         name: str,
+        role: str = "both",
         *,
         max_bytes_per_file: int = DEFAULTS.max_bytes_per_file,
         min_msg_size: int = DEFAULTS.min_msg_size,
@@ -68,11 +72,19 @@ class DiskQueue:
         # Every keyword parameter is a field of Options (tests/test_options_one_definition.py
         # keeps the two equal): the names are not written out a second time.
         options = {k: v for k, v in locals().items() if k in Options.NAMES}
-        self._setup(directory, name, Options.from_keywords("DiskQueue", options))
+        self._setup(directory, name, Options.from_keywords("DiskQueue", options), role)
 
-    def _setup(self, directory: str | os.PathLike[str], name: str, opts: Options) -> None:
+    def _setup(self, directory: str | os.PathLike[str], name: str, opts: Options,
+               role: str = "both") -> None:
         self._layout = Layout(os.fspath(directory), check_name(name))
-        self._e = Engine(self._layout, opts)
+        self._role = check_role(role)
+        if role == "both":
+            self._e = Engine(self._layout, opts)
+        else:
+            # A role's engine offers the same in-memory surface (QueueBuffers) that every
+            # method here uses; the other side's calls raise RoleError.
+            cls = ProducerEngine if role == "producer" else ConsumerEngine
+            self._e = cast(Engine, cls(self._layout, opts))
         self._closing: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ life cycle
@@ -289,6 +301,12 @@ class DiskQueue:
     def maxsize(self) -> int:
         """Bound on ``qsize()`` for ``put()``; 0 means unbounded."""
         return self._e.maxsize
+
+    @property
+    def role(self) -> str:
+        """``"producer"`` (the put side only), ``"consumer"`` (the get side only) or
+        ``"both"``."""
+        return self._role
 
     @property
     def name(self) -> str:

@@ -12,6 +12,7 @@ import fcntl
 import os
 
 from ..errors import QueueLocked
+from .roles import holder_pid
 
 
 class QueueLock:
@@ -33,7 +34,8 @@ class QueueLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise QueueLocked(self.path, read_lock_pid(self.path)) from None
+            raise QueueLocked(self.path, _role_holder(self.path)
+                              or read_lock_pid(self.path)) from None
         except BaseException:
             os.close(fd)
             raise
@@ -51,6 +53,62 @@ class QueueLock:
     def held(self) -> bool:
         """Whether this object holds the lock."""
         return self._fd is not None
+
+
+class RoleLock:
+    """One role of a queue: ``flock(LOCK_SH)`` on ``NAME.diskqueue.lock`` (so that a
+    queue opened whole, by this or an older version, conflicts with every role) and
+    ``flock(LOCK_EX)`` on the role's own file (one holder per role)."""
+
+    __slots__ = ("_fds", "lock_path", "role_path")
+
+    def __init__(self, lock_path: str, role_path: str) -> None:
+        self.lock_path = lock_path
+        self.role_path = role_path
+        self._fds: list[int] = []
+
+    def acquire(self) -> int:
+        """Take the role; return the role file's descriptor (open read-write).
+
+        Raises QueueLocked naming the holder if the queue is open whole, or the role is
+        held by another process or queue object.
+        """
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise QueueLocked(self.lock_path, read_lock_pid(self.lock_path)) from None
+        self._fds.append(fd)
+        try:
+            rfd = os.open(self.role_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except BaseException:
+            self.release()
+            raise
+        try:
+            fcntl.flock(rfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(rfd)
+            self.release()
+            raise QueueLocked(self.role_path, holder_pid(self.role_path)) from None
+        self._fds.append(rfd)
+        return rfd
+
+    def release(self) -> None:
+        """Drop the role; idempotent. The files stay (removing them would race)."""
+        fds, self._fds = self._fds, []
+        for fd in reversed(fds):
+            os.close(fd)
+
+
+def _role_holder(lock_path: str) -> int | None:
+    """The pid of a role holder of the queue whose lock file is ``lock_path``."""
+    stem = lock_path[:-len(".lock")] if lock_path.endswith(".lock") else lock_path
+    for role in ("producer", "consumer"):
+        pid = holder_pid(f"{stem}.{role}")
+        if pid is not None:
+            return pid if pid > 0 else None
+    return None
 
 
 def read_lock_pid(path: str) -> int | None:

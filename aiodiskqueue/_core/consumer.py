@@ -1,0 +1,283 @@
+"""The consumer role: the get side of a queue whose put side another process may hold
+(see :mod:`.roles` for who writes which file when)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from .._format.layout import Layout, file_size
+from .._format.meta import Meta, load_meta
+from .._format.roles import RoleRecord, encode_seqs, holder_pid, meta_lock, read_record, seqs_for
+from .._format.scan import Record, read_span, scan_segment
+from ..errors import CorruptionError, DiskQueueError, QueueNotFound, RoleError
+from .buffers import Lifecycle, fail, succeed
+from .notify import FileWatch
+from .options import Options
+from .roles import RoleEngine, read_seqs, store_role_meta
+
+log = logging.getLogger("aiodiskqueue")
+
+
+class ConsumerEngine(RoleEngine):
+    """The get side of a queue whose put side another object or process may hold."""
+
+    role = "consumer"
+    peer = "producer"
+
+    def __init__(self, layout: Layout, opts: Options) -> None:
+        super().__init__(layout, opts)
+        # The put side's checks pass (sizes, maxsize), so that what a put raises is the
+        # RoleError of accept(); reads check sizes with the options, not these.
+        self.min_size, self.max_size, self.maxsize = 0, 2**62, 0
+        self.seq_r0 = 0  # number of the record at the open position
+        self.seq_w = 0  # number of the producer's next record, as published
+        self._view = (0, 0)  # the producer's published write position
+        self._stale_session = 0  # a producer record from before this open: not trusted
+        self._stored: tuple[int, int] = (0, 0)
+        self._stored_seq = 0
+        self._oldest = 0
+        self._pfd = -1
+        self._fd = -1
+        self._fnum = -1
+        self._sizes: dict[int, int] = {}
+        self._watch: FileWatch | None = None
+
+    # Putting messages is the producer's.
+    def check_put(self, n: int) -> None:
+        """Raises RoleError: a consumer has no put side."""
+        raise RoleError(self.role, "put()")
+
+    def accept(self, datas: list[bytes], nbytes: int,
+               waiter: asyncio.Future[None] | None = None) -> None:
+        """Raises RoleError: a consumer has no put side."""
+        raise RoleError(self.role, "put()")
+
+    async def wait_not_full(self) -> None:
+        """Raises RoleError: a consumer has no put side."""
+        raise RoleError(self.role, "put()")
+
+    def _open(self, mfd: int) -> None:
+        lay = self.layout
+        segs = lay.segments()
+        on_disk = load_meta(lay.meta_path)
+        live = holder_pid(lay.role_path("producer")) is not None
+        if on_disk is None and not segs and not live:
+            raise QueueNotFound(lay.directory, lay.name)
+        if on_disk is None:
+            start = (min(segs, default=0), 0)
+            on_disk = Meta(0, *start, *start)
+        base = seqs_for(on_disk, read_seqs(mfd))
+        self._pfd = os.open(lay.role_path("producer"), os.O_RDWR | os.O_CREAT, 0o644)
+        rec = read_record(self._pfd)
+        read = on_disk.read
+        self.seq_r0 = base.seq_r
+        self._view, self.seq_w = on_disk.write, base.seq_w
+        if live and rec is not None and rec.live:
+            self._take_view(rec)
+        else:
+            # No producer: what was written past the meta, whole records only (the next
+            # producer's open cuts a torn tail at the same place).
+            self._stale_session = rec.session if rec is not None else 0
+            self._scan_tail()
+        self.runs.reset(read)
+        self.read_at = read
+        self._stored, self._stored_seq = read, base.seq_r
+        self._depth = self.seq_w - self.seq_r0
+        self.write_at = self._view
+        self._oldest = min(segs, default=read[0])
+        self.bytes_on_disk = sum(file_size(p) for p in segs.values())
+        self._publish(read, base.seq_r)
+        os.pwrite(mfd, encode_seqs(None, base), 0)
+
+    def _scan_tail(self) -> None:
+        wf, wp = self._view
+        n = 0
+        for num in sorted(k for k in self.layout.segments() if k >= wf):
+            start = wp if num == wf else 0
+            s = scan_segment(self.layout.segment_path(num), num, start, None,
+                             self.opts.min_msg_size, self.opts.max_msg_size)
+            if s.records or num == wf:
+                self._view = (num, s.end)
+                n += s.records
+            if s.problem is not None:
+                break
+        self.seq_w += n
+
+    def _take_view(self, rec: RoleRecord) -> bool:
+        if rec.session == self._stale_session or rec.seq < self.seq_w:
+            return False
+        changed = rec.seq != self.seq_w or rec.at != self._view
+        self._view, self.seq_w = rec.at, rec.seq
+        return changed
+
+    def _close_files(self) -> None:
+        for fd in (self._pfd, self._fd):
+            if fd >= 0:
+                os.close(fd)
+        self._pfd = self._fd = -1
+        self._fnum = -1
+
+    # ------------------------------------------------------------------ jobs (I/O thread)
+
+    def _refresh(self) -> bool:
+        """Read the producer's record: True if it moved on."""
+        rec = read_record(self._pfd)
+        return rec is not None and self._take_view(rec)
+
+    def _reader(self, num: int) -> int | None:
+        if self._fnum != num:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd, self._fnum = -1, -1
+            try:
+                self._fd = os.open(self.layout.segment_path(num), os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            self._fnum = num
+        return self._fd
+
+    def _read(self, at: tuple[int, int], budget: int
+              ) -> tuple[list[Record], int, tuple[int, int], CorruptionError | None]:
+        """Whole records from ``at`` up to the producer's published position."""
+        out: list[Record] = []
+        nbytes = 0
+        fnum, pos = at
+        view = self._view
+        o = self.opts
+        while budget > 0 and (fnum, pos) < view:
+            fd = self._reader(fnum)
+            if fnum < view[0]:
+                if fd is None:
+                    log.warning("%s: segment missing; going on with the next one",
+                                self.layout.segment_path(fnum))
+                    fnum, pos = fnum + 1, 0
+                    continue
+                stop = self._sizes.get(fnum) or os.fstat(fd).st_size  # finished: final size
+                self._sizes[fnum] = stop
+                if pos >= stop:
+                    fnum, pos = fnum + 1, 0
+                    continue
+            else:
+                if fd is None:
+                    break  # not created yet
+                stop = view[1]
+            span = read_span(fd, fnum, pos, stop, budget, o.min_msg_size, o.max_msg_size)
+            out.extend(span.records)
+            nbytes += sum(len(r[0]) for r in span.records)
+            budget -= span.end - pos
+            pos = span.end
+            if span.problem is not None:
+                # Inside what the producer published every record is whole: this is damage.
+                err = CorruptionError(self.layout.segment_path(fnum), pos,
+                                      f"{span.problem} record in published data")
+                return out, nbytes, (fnum, pos), err
+        return out, nbytes, (fnum, pos), None
+
+    def _step(self, budget: int, stored: tuple[tuple[int, int], int] | None
+              ) -> tuple[bool, list[Record], int, tuple[int, int], CorruptionError | None]:
+        """Store the read position if asked, then see the producer's record and read."""
+        if stored is not None:
+            self._store(*stored)
+        moved = self._refresh()
+        if budget <= 0:
+            return moved, [], 0, self.read_at, None
+        return (moved, *self._read(self.read_at, budget))
+
+    def _store(self, read: tuple[int, int], seq_r: int) -> None:
+        with meta_lock(self.layout.roles_path) as mfd:
+            self._refresh()
+            store_role_meta(self.layout, mfd, read, seq_r, self._view, self.seq_w)
+            self._publish(read, seq_r)
+            # The meta past them is durable: the segments before the read file go now.
+            for n in range(self._oldest, read[0]):
+                if n == self._fnum:
+                    os.close(self._fd)
+                    self._fd, self._fnum = -1, -1
+                path = self.layout.segment_path(n)
+                size = self._sizes.pop(n, None)
+                try:
+                    size = size if size is not None else file_size(path)
+                    os.remove(path)
+                except FileNotFoundError:
+                    continue
+                self.bytes_on_disk -= size
+            self._oldest = max(self._oldest, read[0])
+
+    # ------------------------------------------------------------------ the loop
+
+    def _dirty(self) -> bool:
+        return self.stored_at() != self._stored
+
+    def _stored_now(self) -> tuple[tuple[int, int], int]:
+        at = self.stored_at()
+        return at, self.seq_r0 + self.gets - self.handing
+
+    async def _loop(self) -> None:
+        io = self.io
+        assert io is not None and self.loop is not None
+        self._watch = watch = FileWatch(self.loop, self.layout.role_path("producer"))
+        idle: asyncio.Future[None] | None = None
+        while True:
+            if self.state is Lifecycle.CLOSING:
+                return
+            syncs: list[asyncio.Future[None]] = []
+            stored = None
+            if self._round_due():
+                stored = self._stored_now()
+                syncs = self._round_started()
+            want = self.ready_bytes <= self.low_water and self.corruption is None
+            if stored is not None or want or idle is None or idle.done():
+                budget = self.opts.read_buffer_bytes - self.ready_bytes if want else 0
+                seq_w = self.seq_w
+                try:
+                    moved, recs, nbytes, to, err = await io.run(self._step, budget, stored)
+                except OSError as exc:
+                    fail(syncs, DiskQueueError(f"storing the read position failed: {exc}"))
+                    raise
+                if stored is not None:
+                    self._stored, self._stored_seq = stored
+                    self.syncs += 1
+                succeed(syncs)
+                self._apply(seq_w, recs, nbytes, to, err)
+                if moved or recs:
+                    watch.changed()
+                    idle = None
+                    continue
+                if stored is not None:
+                    continue
+                idle = watch.wait()
+            if self.ready_bytes > self.low_water:
+                self.refill_at = self.low_water
+                if self.read_slot is None or self.read_slot.done():
+                    self.read_slot = self.loop.create_future()
+                await self._wait(self.read_slot)
+            else:
+                assert idle is not None
+                await self._wait(idle)
+
+    def _apply(self, seq_w: int, recs: list[Record], nbytes: int, to: tuple[int, int],
+               err: CorruptionError | None) -> None:
+        if self.seq_w != seq_w:
+            self.depth = self.depth + (self.seq_w - seq_w)
+        self.write_at = self._view
+        if recs:
+            self.add_ready(recs, nbytes)
+        self.read_at = to
+        if err is not None:
+            log.error("%s", err)
+            self.corruption = err
+            self.wake_all_getters()
+        self.wake_waiters()
+
+    async def _final(self) -> None:
+        io = self.io
+        assert io is not None
+        waiters = self._round_started()
+        stored = self._stored_now()
+        await io.run(self._store, *stored)
+        self._stored, self._stored_seq = stored
+        if self._watch is not None:
+            self._watch.close()
+        succeed(waiters)

@@ -1,0 +1,190 @@
+"""The producer role: the put side of a queue whose get side another process may hold
+(see :mod:`.roles` for who writes which file when)."""
+
+from __future__ import annotations
+
+import os
+
+from .._format.layout import Layout
+from .._format.meta import Meta, load_meta
+from .._format.roles import SEQS_SIZE, Seqs, decode_seqs, encode_seqs, meta_lock, seqs_for
+from ..errors import DiskQueueError, RoleError
+from .buffers import Lifecycle, fail, succeed, wake
+from .notify import FileWatch
+from .options import Options
+from .roles import RoleEngine, read_seqs, store_role_meta
+from .store import SegmentStore
+
+
+class ProducerEngine(RoleEngine):
+    """The put side of a queue whose get side another object or process may hold."""
+
+    role = "producer"
+    peer = "consumer"
+
+    def __init__(self, layout: Layout, opts: Options) -> None:
+        super().__init__(layout, opts)
+        self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
+                                  opts.max_msg_size, opts.strict)
+        self.seq_w = 0
+        self.seq_r = 0  # the consumer's last stored read position's number
+        self._meta_seq = -1  # seq_w of the last meta stored here
+        self._meta_file = -1
+        self._roles_fd = -1
+        self._room: FileWatch | None = None
+
+    # Taking messages is the consumer's.
+    def take(self) -> bytes:
+        """Raises RoleError: a producer has no get side."""
+        raise RoleError(self.role, "get()")
+
+    def take_more(self, out: list[bytes], max_items: int) -> None:
+        """Raises RoleError: a producer has no get side."""
+        raise RoleError(self.role, "get_many()")
+
+    async def wait_ready(self) -> None:
+        """Raises RoleError: a producer has no get side."""
+        raise RoleError(self.role, "get()")
+
+    def _open(self, mfd: int) -> None:
+        st = self.store.open()  # recovery: cuts a torn tail, finds records past the meta
+        lay = self.layout
+        on_disk = load_meta(lay.meta_path)
+        base = (seqs_for(on_disk, read_seqs(mfd)) if on_disk is not None
+                else Seqs(Meta(0, *st.meta.read, *st.meta.read), 0, 0))
+        self.seq_r = base.seq_r
+        self.seq_w = base.seq_r + st.meta.depth
+        self.write_at = st.meta.write
+        self.bytes_on_disk = st.bytes_on_disk
+        self.recovered = st.recovered
+        self._depth = st.meta.depth
+        os.pwrite(mfd, encode_seqs(None, base), 0)
+        self._store_meta_locked(mfd, st.meta.read)
+        self._publish(self.write_at, self.seq_w)
+        self._roles_fd = os.open(lay.roles_path, os.O_RDONLY)
+
+    def _store_meta_locked(self, mfd: int, read: tuple[int, int] | None = None) -> None:
+        cur = store_role_meta(self.layout, mfd, read, self.seq_r, self.write_at, self.seq_w)
+        self.seq_r = cur.seq_r
+        self._meta_seq, self._meta_file = self.seq_w, self.write_at[0]
+
+    def _close_files(self) -> None:
+        if self._roles_fd >= 0:
+            os.close(self._roles_fd)
+            self._roles_fd = -1
+        self.store.close()
+
+    # ------------------------------------------------------------------ jobs (I/O thread)
+
+    def _job(self, payloads: list[bytes] | None, fsync: bool, meta: bool,
+             live: bool = True) -> tuple[OSError | None, int]:
+        """Write ``payloads``, fsync, publish the write position, store the meta; the
+        consumer's last stored read number after it. Runs on the I/O thread."""
+        err: OSError | None = None
+        if payloads:
+            try:
+                self.store.write(payloads, False)
+            except OSError as exc:
+                err = exc
+            else:
+                self.seq_w += len(payloads)
+        store = self.store
+        at = (store.write_file, store.write_pos)
+        if fsync or (meta and err is None):
+            store.sync(None)  # fdatasync, and the directory for a new segment
+        if (payloads and err is None) or not live:
+            self._publish(at, self.seq_w, live)
+        if meta or at[0] != self._meta_file:
+            # A roll is noted in the meta at once: the consumer may then delete the file
+            # it finished, and go-diskqueue's meta never names a file far behind.
+            with meta_lock(self.layout.roles_path) as mfd:
+                self.write_at = at
+                self._store_meta_locked(mfd)
+        else:
+            _prev, cur = decode_seqs(os.pread(self._roles_fd, SEQS_SIZE, 0))
+            if cur is not None:
+                self.seq_r = max(self.seq_r, cur.seq_r)
+        return err, self.seq_r
+
+    # ------------------------------------------------------------------ the loop
+
+    def _dirty(self) -> bool:
+        return self.since_sync > 0 or self.seq_w != self._meta_seq
+
+    async def _loop(self) -> None:
+        io = self.io
+        assert io is not None
+        while True:
+            if self.pending:
+                await self._write_batch()
+                continue
+            if self.state is Lifecycle.CLOSING:
+                return
+            if self._round_due():
+                waiters = self._round_started(True)
+                _err, seq_r = await io.run(self._job, None, True, True)
+                self._seen_read(seq_r)
+                succeed(waiters)
+                continue
+            extra = []
+            if self.putters:
+                extra.append(self._room_watch().wait())  # the consumer's next meta store
+            await self._wait(*extra)
+            if self.putters:
+                _err, seq_r = await io.run(self._job, None, False, False)
+                self._seen_read(seq_r)
+
+    def _room_watch(self) -> FileWatch:
+        if self._room is None:
+            assert self.loop is not None
+            self._room = FileWatch(self.loop, self.layout.roles_path)
+        return self._room
+
+    async def _write_batch(self, live: bool = True) -> None:
+        io = self.io
+        assert io is not None and self.loop is not None
+        payloads, waiters = self.pending, self.put_waiters
+        self.pending, self.put_waiters, self.pending_bytes = [], [], 0
+        n = len(payloads)
+        self.since_sync += n
+        meta = bool(self.sync_waiters) or self.loop.time() >= self._sync_due_at
+        fsync = meta or self.sync_every == 1 or self.since_sync >= self.sync_every
+        syncs = self._round_started(meta) if fsync else []
+        try:
+            err, seq_r = await io.run(self._job, payloads, fsync, meta, live)
+        except OSError as exc:
+            err, seq_r = exc, self.seq_r
+        self.write_at = (self.store.write_file, self.store.write_pos)
+        self.bytes_on_disk = self.store.bytes_on_disk
+        if err is not None:
+            self.unwritten -= n
+            e = DiskQueueError(f"write to queue {self.layout.name!r} failed: {err}")
+            e.__cause__ = err
+            self.write_error = e
+            fail(waiters, e)
+            fail(syncs, e)
+        else:
+            self.landed(n, waiters, self.write_at, None, 0, False)
+            succeed(syncs)
+        self._seen_read(seq_r)
+
+    async def wait_not_full(self) -> None:
+        """Wait while the queue is at ``maxsize`` by the consumer's last stored position."""
+        wake(self.put_req)  # the ioLoop watches for the consumer's next store meanwhile
+        await super().wait_not_full()
+
+    def _seen_read(self, seq_r: int) -> None:
+        self.seq_r = seq_r
+        self.depth = max(0, self.seq_w - seq_r)
+        self.wake_waiters()
+
+    async def _final(self) -> None:
+        io = self.io
+        assert io is not None
+        while self.pending:
+            await self._write_batch()
+        waiters = self._round_started(True)
+        await io.run(self._job, None, True, True, False)
+        if self._room is not None:
+            self._room.close()
+        succeed(waiters)

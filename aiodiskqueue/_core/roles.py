@@ -1,0 +1,263 @@
+"""A queue held by one role: a producer or a consumer, each perhaps in its own process.
+
+Each engine keeps the in-memory bookkeeping of :class:`~.buffers.QueueBuffers` (so
+``DiskQueue`` calls the same methods as for a whole queue) and runs its own small
+ioLoop on one I/O thread. Who writes which file when (see ``_format/roles.py`` for
+the files):
+
+- the producer appends records (:class:`~.store.SegmentStore`, its open cuts a torn
+  tail), then rewrites its record in ``NAME.diskqueue.producer`` (write position and
+  sequence number) before the batch's ``put()`` calls return; it fsyncs by
+  ``sync_every`` and stores the meta (its write half, the consumer's last stored read
+  half) on close, on ``sync()`` and at most every ``sync_interval`` seconds;
+- the consumer reads only up to the producer's published position (so a record
+  being written is not there yet), waits for that record to change (:mod:`.notify`),
+  stores the meta (its read half, the producer's published write half) by
+  ``sync_every`` takes, ``sync_interval``, ``sync()`` and close, and only then deletes
+  the segments it has moved past.
+
+Every meta store holds the meta writers' lock and records the sequence numbers of
+the meta's two positions, from which the depth follows; both roles always write a
+meta file go-diskqueue reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+
+from .._format.layout import Layout
+from .._format.lock import RoleLock
+from .._format.meta import Meta, load_meta, store_meta
+from .._format.roles import (
+    SEQS_SIZE,
+    RoleRecord,
+    Seqs,
+    decode_seqs,
+    encode_seqs,
+    holder_pid,
+    meta_lock,
+    read_record_at,
+    seqs_for,
+)
+from ..errors import DiskQueueError, OptionConflict, RoleError
+from .buffers import Lifecycle, QueueBuffers, fail, wake
+from .iothread import IOThread
+from .options import Options
+
+log = logging.getLogger("aiodiskqueue")
+
+_AGREED = ("max_bytes_per_file", "min_msg_size", "max_msg_size")
+
+
+def read_seqs(fd: int) -> tuple[Seqs | None, Seqs | None]:
+    return decode_seqs(os.pread(fd, SEQS_SIZE, 0))
+
+
+def store_role_meta(layout: Layout, fd: int, read: tuple[int, int] | None, seq_r: int,
+                    write: tuple[int, int] | None, seq_w: int) -> Seqs:
+    """Store the meta with the lock held (``fd``: the roles file). A half given as None
+    is taken from the meta stored last (the other role's); a write half older than the
+    stored one is too. The roles file is written first and keeps the previous meta's
+    numbers, so a store cut short leaves numbers that match the meta on disk."""
+    stored = read_seqs(fd)
+    on_disk = load_meta(layout.meta_path)
+    last = seqs_for(on_disk, stored) if on_disk is not None else None
+    if read is None:
+        assert last is not None
+        read, seq_r = last.meta.read, last.seq_r
+    if write is None or (last is not None and last.seq_w > seq_w):
+        assert last is not None
+        write, seq_w = last.meta.write, last.seq_w
+    cur = Seqs(Meta(max(0, seq_w - seq_r), *read, *write), seq_r, seq_w)
+    os.pwrite(fd, encode_seqs(last, cur), 0)
+    store_meta(layout.meta_path, cur.meta)
+    return cur
+
+
+class RoleEngine(QueueBuffers):
+    """What a producer and a consumer engine share: the role lock, the I/O thread, the
+    published record, the check of the options the roles must agree on."""
+
+    role = ""
+    peer = ""
+
+    def __init__(self, layout: Layout, opts: Options) -> None:
+        super().__init__(layout, opts)
+        self._direct_left = 0  # DiskQueue.put reads it: never a direct write here
+        self.lock = RoleLock(layout.lock_path, layout.role_path(self.role))
+        self.session = random.getrandbits(62) + 1
+        self._rfd = -1
+        self.io: IOThread | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._sync_due_at = 0.0
+        self._timer: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ start / stop
+
+    async def start(self) -> None:
+        """Take the role, work out the state and start the ioLoop.
+
+        Raises QueueLocked if the role is held, OptionConflict if an option contradicts
+        the live other role's, DiskQueueError on I/O errors.
+        """
+        self.loop = loop = asyncio.get_running_loop()
+        self.io = IOThread(f"aiodiskqueue-{self.role}-{self.layout.name}")
+        try:
+            await self.io.run(self._open_locked)
+        except BaseException as exc:
+            self.io.stop()
+            self.io = None
+            self.state = Lifecycle.CLOSED
+            if isinstance(exc, OSError):
+                raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
+                                     f"{self.layout.directory!r} as {self.role}: {exc}") from exc
+            raise
+        for name in ("put_req", "sync_req", "purge_req", "exit_req"):
+            setattr(self, name, loop.create_future())
+        self._sync_due_at = loop.time() + self.opts.sync_interval
+        self.state = Lifecycle.OPEN
+        self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.role}")
+
+    def _open_locked(self) -> None:
+        os.makedirs(self.layout.directory, exist_ok=True)
+        self._rfd = self.lock.acquire()
+        try:
+            with meta_lock(self.layout.roles_path) as mfd:
+                self._check_peer()
+                self._open(mfd)
+        except BaseException:
+            self._close_files()
+            self.lock.release()
+            raise
+
+    def _check_peer(self) -> None:
+        """Raise OptionConflict if the live holder of the other role disagrees."""
+        path = self.layout.role_path(self.peer)
+        pid = holder_pid(path)
+        rec = read_record_at(path)
+        if pid is None or rec is None or not rec.live:
+            return
+        for name in _AGREED:
+            mine, theirs = getattr(self.opts, name), getattr(rec, name)
+            if mine != theirs:
+                raise OptionConflict(name, mine, theirs, self.peer, pid)
+
+    def _publish(self, at: tuple[int, int], seq: int, live: bool = True) -> None:
+        o = self.opts
+        rec = RoleRecord(os.getpid(), self.session, *at, seq, o.max_bytes_per_file,
+                         o.min_msg_size, o.max_msg_size, live)
+        os.pwrite(self._rfd, rec.encode(), 0)
+
+    def _open(self, mfd: int) -> None:
+        raise NotImplementedError
+
+    def _close_files(self) -> None:
+        """Close what the role opened (on the I/O thread)."""
+
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:
+            log.exception("%s: %s ioLoop failed", self.layout.meta_path, self.role)
+            self.settle()
+            self.state = Lifecycle.BROKEN
+            self.error = exc
+        finally:
+            await self._finish()
+
+    async def _loop(self) -> None:
+        raise NotImplementedError
+
+    async def _final(self) -> None:
+        raise NotImplementedError
+
+    async def _finish(self) -> None:
+        io = self.io
+        assert io is not None
+        if self.state is not Lifecycle.BROKEN:
+            try:
+                await self._final()
+            except BaseException as exc:
+                log.exception("%s: final sync of the %s failed", self.layout.meta_path,
+                              self.role)
+                self.error = exc
+        try:
+            await io.run(self._close_files)
+        except BaseException:
+            log.exception("%s: error while closing", self.layout.meta_path)
+        io.stop()
+        self.io = None
+        self.lock.release()
+        if self.state is not Lifecycle.BROKEN:
+            self.settle()
+            self.state = Lifecycle.CLOSED
+        err = self.closed_error()
+        for group in (self.put_waiters, self.sync_waiters, self.purge_waiters):
+            fail(group, err)
+        self.wake_all_getters()
+        self.wake_all_putters()
+
+    async def _wait(self, *extra: asyncio.Future[None]) -> None:
+        """Sleep until a request, one of ``extra`` or the periodic sync timer."""
+        loop = self.loop
+        assert loop is not None
+        waits: list[asyncio.Future[None]] = list(extra)
+        for name in ("put_req", "sync_req", "exit_req"):
+            fut = getattr(self, name)
+            if fut.done():
+                fut = loop.create_future()
+                setattr(self, name, fut)
+            waits.append(fut)
+        if self.state is Lifecycle.CLOSING:
+            return
+        if self._dirty():
+            timer = loop.create_future()
+            handle = loop.call_later(max(0.0, self._sync_due_at - loop.time()), wake, timer)
+            waits.append(timer)
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                handle.cancel()
+            return
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+
+    def _dirty(self) -> bool:
+        raise NotImplementedError
+
+    def _round_due(self) -> bool:
+        """A sync round is due: asked for, counted, or timed."""
+        loop = self.loop
+        assert loop is not None
+        return bool(self.sync_waiters) or (self._dirty() and (
+            self.since_sync >= self.sync_every or loop.time() >= self._sync_due_at))
+
+    def _round_started(self, timed: bool = True) -> list[asyncio.Future[None]]:
+        """A sync round starts: its waiters; ``timed``: the periodic timer starts over."""
+        loop = self.loop
+        assert loop is not None
+        waiters, self.sync_waiters = self.sync_waiters, []
+        self.since_sync = 0
+        if timed:
+            self._sync_due_at = loop.time() + self.opts.sync_interval
+        return waiters
+
+    # ------------------------------------------------------------------ the other side
+
+    def request_purge(self) -> asyncio.Future[None]:
+        """A queue held by one role cannot purge: the other role may be in use.
+
+        Raises RoleError.
+        """
+        raise RoleError(self.role, "purge() (it needs role='both')")
+
+    def hold_meta(self) -> None:
+        """Not for a role (an AckQueue opens its data queue whole).
+
+        Raises RoleError.
+        """
+        raise RoleError(self.role, "an AckQueue's data queue")
