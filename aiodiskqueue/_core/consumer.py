@@ -58,6 +58,12 @@ class ConsumerEngine(RoleEngine):
         """Raises RoleError: a consumer has no put side."""
         raise RoleError(self.role, "put()")
 
+    def _before_lock(self) -> None:
+        lay = self.layout
+        if not (os.path.exists(lay.meta_path) or lay.segments()
+                or os.path.exists(lay.role_path("producer"))):
+            raise QueueNotFound(lay.directory, lay.name)
+
     def _open(self, mfd: int) -> None:
         lay = self.layout
         segs = lay.segments()

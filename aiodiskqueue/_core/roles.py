@@ -122,6 +122,7 @@ class RoleEngine(QueueBuffers):
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.role}")
 
     def _open_locked(self) -> None:
+        self._before_lock()
         os.makedirs(self.layout.directory, exist_ok=True)
         self._rfd = self.lock.acquire()
         try:
@@ -150,6 +151,9 @@ class RoleEngine(QueueBuffers):
         rec = RoleRecord(os.getpid(), self.session, *at, seq, o.max_bytes_per_file,
                          o.min_msg_size, o.max_msg_size, live)
         os.pwrite(self._rfd, rec.encode(), 0)
+
+    def _before_lock(self) -> None:
+        """Checks that must come before any file is created."""
 
     def _open(self, mfd: int) -> None:
         raise NotImplementedError
