@@ -5,6 +5,7 @@ order is kept, and messages come twice only where at-least-once allows."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from pathlib import Path
 
@@ -113,7 +114,7 @@ async def _run(tmp_path: Path, cycles: int, sync_every: int, seed: int) -> dict[
     # consumer come again (its sync_every=100 gets plus its read-ahead at most).
     dups = len(delivered) - len(set(delivered))
     assert dups <= sum(len(r) for r in runs[:-1])
-    for prev, run in zip(runs, runs[1:]):
+    for prev, run in itertools.pairwise(runs):
         if prev and run:
             again = [i for i in run if i <= prev[-1]]
             assert set(again) <= set(prev)
