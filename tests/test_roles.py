@@ -148,14 +148,41 @@ async def test_each_role_has_its_side_of_the_api_only(tmp_path: Path) -> None:
         await c.put_many([b"x"])
     with pytest.raises(RoleError, match="role='consumer'"):
         await c.put(b"x" * (2 << 20))  # the role, not the size, is the problem
-    for q in (p, c):
-        with pytest.raises(RoleError, match=r"purge\(\)"):
+    for q, other in ((p, "consumer"), (c, "producer")):
+        with pytest.raises(RoleError, match=rf"^purge\(\) while process {os.getpid()} holds "
+                                            rf"the {other} role \(it needs both roles\) is "
+                                            r"not available"):
             await q.purge()
     # Nothing was changed by the refused calls.
     await p.put(b"ok")
     assert await _get(c) == b"ok"
     await c.aclose()
     await p.aclose()
+
+
+@pytest.mark.parametrize("role", ["producer", "consumer"])
+async def test_purge_by_a_role_whose_other_role_is_free(tmp_path: Path, role: str) -> None:
+    p, c = await _pair(tmp_path, max_bytes_per_file=1024)
+    await p.put_many([child_msg(i) for i in range(100)])
+    assert await _get(c) == child_msg(0)
+    keep, gone = (p, c) if role == "producer" else (c, p)
+    await gone.aclose()
+    await keep.purge()
+    assert keep.qsize() == 0
+    await keep.aclose()
+    meta = read_meta(tmp_path, "q")
+    assert (meta.depth, meta.read_file, meta.read_pos) == (0, meta.write_file, 0)
+    assert not [e for e in tmp_path.iterdir() if e.name.endswith(".dat")
+                and "meta" not in e.name]
+    assert read_queue(tmp_path, "q") == []
+    # Both roles go on from the purged state.
+    p, c = await _pair(tmp_path, max_bytes_per_file=1024)
+    await p.put(b"after")
+    assert await _get(c) == b"after"
+    assert c.qsize() == 0
+    await c.aclose()
+    await p.aclose()
+    assert read_queue(tmp_path, "q") == []
 
 
 async def test_an_unknown_role_is_refused_by_name(tmp_path: Path) -> None:

@@ -8,12 +8,19 @@ import logging
 import os
 
 from .._format.layout import Layout, file_size
-from .._format.meta import Meta, load_meta
-from .._format.roles import RoleRecord, encode_seqs, holder_pid, meta_lock, read_record, seqs_for
+from .._format.meta import Meta, load_meta, store_meta
+from .._format.roles import (
+    RoleRecord,
+    Seqs,
+    encode_seqs,
+    holder_pid,
+    meta_lock,
+    read_record,
+    seqs_for,
+)
 from .._format.scan import Record, read_span, scan_segment
 from ..errors import CorruptionError, DiskQueueError, QueueNotFound, RoleError
 from .buffers import Lifecycle, fail, succeed
-from .notify import FileWatch
 from .options import Options
 from .roles import RoleEngine, read_seqs, store_role_meta
 
@@ -42,7 +49,6 @@ class ConsumerEngine(RoleEngine):
         self._fd = -1
         self._fnum = -1
         self._sizes: dict[int, int] = {}
-        self._watch: FileWatch | None = None
 
     # Putting messages is the producer's.
     def check_put(self, n: int) -> None:
@@ -223,9 +229,13 @@ class ConsumerEngine(RoleEngine):
     async def _loop(self) -> None:
         io = self.io
         assert io is not None and self.loop is not None
-        self._watch = watch = FileWatch(self.loop, self.layout.role_path("producer"))
+        watch = self.watch()
         idle: asyncio.Future[None] | None = None
         while True:
+            if self.purge_waiters:
+                await self._purge()
+                idle = None
+                continue
             if self.state is Lifecycle.CLOSING:
                 return
             syncs: list[asyncio.Future[None]] = []
@@ -284,6 +294,33 @@ class ConsumerEngine(RoleEngine):
         stored = self._stored_now()
         await io.run(self._store, *stored)
         self._stored, self._stored_seq = stored
-        if self._watch is not None:
-            self._watch.close()
         succeed(waiters)
+
+    # ------------------------------------------------------------------ purge
+
+    def _purge_files(self, mfd: int) -> Meta:
+        self._refresh()
+        rec = read_record(self._pfd)
+        self._stale_session = rec.session if rec is not None else 0  # its position is gone
+        on_disk = load_meta(self.layout.meta_path)
+        last = seqs_for(on_disk, read_seqs(mfd)) if on_disk is not None else None
+        nxt = max(self._view[0], *self.layout.segments()) + 1
+        new = Seqs(Meta(0, nxt, 0, nxt, 0), self.seq_w, self.seq_w)
+        os.pwrite(mfd, encode_seqs(last, new), 0)  # before the meta: see store_role_meta
+        store_meta(self.layout.meta_path, new.meta)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd, self._fnum = -1, -1
+        for num in sorted(self.layout.segments()):
+            if num < nxt:
+                os.remove(self.layout.segment_path(num))
+        self._sizes.clear()
+        self._view, self._oldest = (nxt, 0), nxt
+        self.bytes_on_disk = 0
+        return new.meta
+
+    def purge_done(self) -> None:
+        # Every message is taken: the number at the read position is the producer's next.
+        self.seq_r0 = self.seq_w - self.gets
+        self._stored, self._stored_seq = self.read_at, self.seq_w
+        self.write_at = self._view

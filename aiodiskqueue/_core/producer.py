@@ -10,7 +10,6 @@ from .._format.meta import Meta, load_meta
 from .._format.roles import SEQS_SIZE, Seqs, decode_seqs, encode_seqs, meta_lock, seqs_for
 from ..errors import DiskQueueError, RoleError
 from .buffers import Lifecycle, fail, succeed, wake
-from .notify import FileWatch
 from .options import Options
 from .roles import RoleEngine, read_seqs, store_role_meta
 from .store import SegmentStore
@@ -31,7 +30,7 @@ class ProducerEngine(RoleEngine):
         self._meta_seq = -1  # seq_w of the last meta stored here
         self._meta_file = -1
         self._roles_fd = -1
-        self._room: FileWatch | None = None
+        self._read_seen = (0, 0)  # the consumer's last stored read position
 
     # Taking messages is the consumer's.
     def take(self) -> bytes:
@@ -60,12 +59,13 @@ class ProducerEngine(RoleEngine):
         self._depth = st.meta.depth
         os.pwrite(mfd, encode_seqs(None, base), 0)
         self._store_meta_locked(mfd, st.meta.read)
+        self.runs.reset(self._read_seen)
         self._publish(self.write_at, self.seq_w)
         self._roles_fd = os.open(lay.roles_path, os.O_RDONLY)
 
     def _store_meta_locked(self, mfd: int, read: tuple[int, int] | None = None) -> None:
         cur = store_role_meta(self.layout, mfd, read, self.seq_r, self.write_at, self.seq_w)
-        self.seq_r = cur.seq_r
+        self.seq_r, self._read_seen = cur.seq_r, cur.meta.read
         self._meta_seq, self._meta_file = self.seq_w, self.write_at[0]
 
     def _close_files(self) -> None:
@@ -102,8 +102,8 @@ class ProducerEngine(RoleEngine):
                 self._store_meta_locked(mfd)
         else:
             _prev, cur = decode_seqs(os.pread(self._roles_fd, SEQS_SIZE, 0))
-            if cur is not None:
-                self.seq_r = max(self.seq_r, cur.seq_r)
+            if cur is not None and cur.seq_r >= self.seq_r:
+                self.seq_r, self._read_seen = cur.seq_r, cur.meta.read
         return err, self.seq_r
 
     # ------------------------------------------------------------------ the loop
@@ -118,6 +118,9 @@ class ProducerEngine(RoleEngine):
             if self.pending:
                 await self._write_batch()
                 continue
+            if self.purge_waiters:
+                await self._purge()
+                continue
             if self.state is Lifecycle.CLOSING:
                 return
             if self._round_due():
@@ -128,17 +131,11 @@ class ProducerEngine(RoleEngine):
                 continue
             extra = []
             if self.putters:
-                extra.append(self._room_watch().wait())  # the consumer's next meta store
+                extra.append(self.watch().wait())  # the consumer's next meta store
             await self._wait(*extra)
             if self.putters:
                 _err, seq_r = await io.run(self._job, None, False, False)
                 self._seen_read(seq_r)
-
-    def _room_watch(self) -> FileWatch:
-        if self._room is None:
-            assert self.loop is not None
-            self._room = FileWatch(self.loop, self.layout.roles_path)
-        return self._room
 
     async def _write_batch(self, live: bool = True) -> None:
         io = self.io
@@ -176,7 +173,23 @@ class ProducerEngine(RoleEngine):
     def _seen_read(self, seq_r: int) -> None:
         self.seq_r = seq_r
         self.depth = max(0, self.seq_w - seq_r)
+        self.runs.reset(self._read_seen)  # statistics() shows the consumer's stored position
         self.wake_waiters()
+
+    # ------------------------------------------------------------------ purge
+
+    def _purge_files(self, mfd: int) -> Meta:
+        on_disk = load_meta(self.layout.meta_path)
+        last = seqs_for(on_disk, read_seqs(mfd)) if on_disk is not None else None
+        nxt = self.store.write_file + 1
+        new = Seqs(Meta(0, nxt, 0, nxt, 0), self.seq_w, self.seq_w)
+        os.pwrite(mfd, encode_seqs(last, new), 0)  # before the meta: see store_role_meta
+        meta = self.store.purge()
+        self.seq_r, self._read_seen = self.seq_w, meta.read
+        self.write_at = meta.write
+        self._meta_seq, self._meta_file = self.seq_w, nxt
+        self._publish(meta.write, self.seq_w)
+        return meta
 
     async def _final(self) -> None:
         io = self.io
@@ -185,6 +198,4 @@ class ProducerEngine(RoleEngine):
             await self._write_batch()
         waiters = self._round_started(True)
         await io.run(self._job, None, True, True, False)
-        if self._room is not None:
-            self._room.close()
         succeed(waiters)

@@ -42,9 +42,10 @@ from .._format.roles import (
     read_record_at,
     seqs_for,
 )
-from ..errors import DiskQueueError, OptionConflict, RoleError
-from .buffers import Lifecycle, QueueBuffers, fail, wake
+from ..errors import DiskQueueError, OptionConflict, QueueLocked, RoleError
+from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
 from .iothread import IOThread
+from .notify import FileWatch
 from .options import Options
 
 log = logging.getLogger("aiodiskqueue")
@@ -93,7 +94,7 @@ class RoleEngine(QueueBuffers):
         self.io: IOThread | None = None
         self.task: asyncio.Task[None] | None = None
         self._sync_due_at = 0.0
-        self._timer: asyncio.Future[None] | None = None
+        self._watch: FileWatch | None = None
 
     # ------------------------------------------------------------------ start / stop
 
@@ -152,6 +153,14 @@ class RoleEngine(QueueBuffers):
                          o.min_msg_size, o.max_msg_size, live)
         os.pwrite(self._rfd, rec.encode(), 0)
 
+    def watch(self) -> FileWatch:
+        """The watch on the file the other role changes (made on first use)."""
+        if self._watch is None:
+            assert self.loop is not None
+            self._watch = FileWatch(self.loop, self.layout.roles_path if self.role == "producer"
+                                    else self.layout.role_path("producer"))
+        return self._watch
+
     def _before_lock(self) -> None:
         """Checks that must come before any file is created."""
 
@@ -190,6 +199,8 @@ class RoleEngine(QueueBuffers):
                 log.exception("%s: final sync of the %s failed", self.layout.meta_path,
                               self.role)
                 self.error = exc
+        if self._watch is not None:
+            self._watch.close()
         try:
             await io.run(self._close_files)
         except BaseException:
@@ -211,7 +222,7 @@ class RoleEngine(QueueBuffers):
         loop = self.loop
         assert loop is not None
         waits: list[asyncio.Future[None]] = list(extra)
-        for name in ("put_req", "sync_req", "exit_req"):
+        for name in ("put_req", "sync_req", "purge_req", "exit_req"):
             fut = getattr(self, name)
             if fut.done():
                 fut = loop.create_future()
@@ -253,11 +264,56 @@ class RoleEngine(QueueBuffers):
     # ------------------------------------------------------------------ the other side
 
     def request_purge(self) -> asyncio.Future[None]:
-        """A queue held by one role cannot purge: the other role may be in use.
+        """Drop every message not yet taken, as :meth:`QueueBuffers.request_purge` does,
+        if the other role is free: this object then takes it for the purge.
 
-        Raises RoleError.
+        Raises RoleError naming the holder if the other role is held (nothing is
+        changed then: the probe is one non-blocking flock). A holder that takes the
+        role between the probe and the purge makes the purge fail with RoleError.
         """
-        raise RoleError(self.role, "purge() (it needs role='both')")
+        pid = holder_pid(self.layout.role_path(self.peer))
+        if pid is not None:
+            raise RoleError(self.role, f"purge() while process {pid} holds the {self.peer} "
+                                       "role (it needs both roles)")
+        return super().request_purge()
+
+    async def _purge(self) -> None:
+        io = self.io
+        assert io is not None
+        waiters, self.purge_waiters = self.purge_waiters, []
+        try:
+            meta = await io.run(self._purge_blocking)
+        except OSError as exc:
+            err = DiskQueueError(f"purge of {self.layout.meta_path} failed: {exc}")
+            err.__cause__ = exc
+            fail(waiters, err)
+            return
+        except DiskQueueError as exc:
+            fail(waiters, exc)
+            return
+        self.purged(meta)
+        self.purge_done()
+        succeed(waiters)
+        self.wake_all_putters()
+
+    def _purge_blocking(self) -> Meta:
+        other = RoleLock(self.layout.lock_path, self.layout.role_path(self.peer))
+        try:
+            other.acquire()
+        except QueueLocked as exc:
+            raise RoleError(self.role, f"purge() while process {exc.pid} holds the "
+                                       f"{self.peer} role (it needs both roles)") from None
+        try:
+            with meta_lock(self.layout.roles_path) as mfd:
+                return self._purge_files(mfd)
+        finally:
+            other.release()
+
+    def _purge_files(self, mfd: int) -> Meta:
+        raise NotImplementedError
+
+    def purge_done(self) -> None:
+        """After a purge: the role's own numbers follow (on the event loop)."""
 
     def hold_meta(self) -> None:
         """Not for a role (an AckQueue opens its data queue whole).
