@@ -381,3 +381,27 @@ async def test_an_idle_consumer_costs_under_one_percent_of_a_core(tmp_path: Path
     assert await asyncio.wait_for(waiter, 10) == b"wake"
     await c.aclose()
     await p.aclose()
+
+
+async def test_a_killed_producers_record_is_not_taken_for_a_live_one(tmp_path: Path) -> None:
+    prod = await Child.spawn(tmp_path / "err.txt", "rproduce", str(tmp_path), "q", "0",
+                             "2500", str(1 << 20))
+    assert (await prod.line() or "").startswith("READY")
+    for _ in range(20):
+        await prod.line()
+    prod.kill()
+    await prod.wait()
+    async with DiskQueue(tmp_path, "q") as q:  # the whole queue moves on meanwhile
+        while q.qsize():
+            await q.get()
+        await q.put(b"x")
+    # A new producer has taken the role and not yet written its record: the killed
+    # one's record (live, positions of another time) is still there.
+    fd = os.open(tmp_path / "q.diskqueue.producer", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        async with DiskQueue(tmp_path, "q", "consumer") as c:
+            assert c.qsize() == 1
+            assert await _get(c) == b"x"
+    finally:
+        os.close(fd)

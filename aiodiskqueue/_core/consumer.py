@@ -13,7 +13,7 @@ from .._format.roles import (
     RoleRecord,
     Seqs,
     encode_seqs,
-    holder_pid,
+    live_record,
     meta_lock,
     read_record,
     seqs_for,
@@ -74,7 +74,7 @@ class ConsumerEngine(RoleEngine):
         lay = self.layout
         segs = lay.segments()
         on_disk = load_meta(lay.meta_path)
-        live = holder_pid(lay.role_path("producer")) is not None
+        live = live_record(lay.role_path("producer")) is not None
         if on_disk is None and not segs and not live:
             raise QueueNotFound(lay.directory, lay.name)
         if on_disk is None:
@@ -86,7 +86,7 @@ class ConsumerEngine(RoleEngine):
         read = on_disk.read
         self.seq_r0 = base.seq_r
         self._view, self.seq_w = on_disk.write, base.seq_w
-        if live and rec is not None and rec.live:
+        if live and rec is not None:
             self._take_view(rec)
         else:
             # No producer: what was written past the meta, whole records only (the next

@@ -38,8 +38,8 @@ from .._format.roles import (
     decode_seqs,
     encode_seqs,
     holder_pid,
+    live_record,
     meta_lock,
-    read_record_at,
     seqs_for,
 )
 from ..errors import DiskQueueError, OptionConflict, QueueLocked, RoleError
@@ -137,15 +137,13 @@ class RoleEngine(QueueBuffers):
 
     def _check_peer(self) -> None:
         """Raise OptionConflict if the live holder of the other role disagrees."""
-        path = self.layout.role_path(self.peer)
-        pid = holder_pid(path)
-        rec = read_record_at(path)
-        if pid is None or rec is None or not rec.live:
+        rec = live_record(self.layout.role_path(self.peer))
+        if rec is None:
             return
         for name in _AGREED:
             mine, theirs = getattr(self.opts, name), getattr(rec, name)
             if mine != theirs:
-                raise OptionConflict(name, mine, theirs, self.peer, pid)
+                raise OptionConflict(name, mine, theirs, self.peer, rec.pid)
 
     def _publish(self, at: tuple[int, int], seq: int, live: bool = True) -> None:
         o = self.opts

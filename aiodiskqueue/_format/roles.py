@@ -193,6 +193,28 @@ def holder_pid(path: str) -> int | None:
         os.close(fd)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def live_record(path: str) -> RoleRecord | None:
+    """The record of the role file at ``path`` if its writer holds the role now: the
+    role's flock is held, the record says live, and its process runs (a record left by
+    a killed holder says live too, while a new holder may not have written its own yet)."""
+    if holder_pid(path) is None:
+        return None
+    rec = read_record_at(path)
+    if rec is None or not rec.live or not _pid_alive(rec.pid):
+        return None
+    return rec
+
+
 @contextmanager
 def meta_lock(path: str) -> Iterator[int]:
     """Hold the meta writers' lock (``NAME.diskqueue.roles``); yields its descriptor,
