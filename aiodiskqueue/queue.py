@@ -45,6 +45,15 @@ class DiskQueue:
     ``statistics().bad_files``); with ``strict=True`` nothing is changed and
     opening or reading raises CorruptionError instead.
 
+    ``role``: ``"both"`` (the default) opens the whole queue, as go-diskqueue does.
+    ``"producer"`` opens its put side only and ``"consumer"`` its get side only, so
+    that a producer and a consumer (two processes, or two objects of one) hold the
+    queue at once; the other side's calls raise RoleError. The consumer sees a
+    message once its ``put()`` has returned; a producer's ``qsize()`` and ``full()``
+    count from the consumer's last stored position (at most ``sync_every`` takes or
+    ``sync_interval`` seconds old). ``max_bytes_per_file`` and the message size
+    limits must agree with the live other role's (OptionConflict otherwise).
+
     Options are keyword-only: the fields of ``Options`` (``aiodiskqueue._core.options``,
     the one definition of each, its default and its check), with their defaults.
 
@@ -93,7 +102,9 @@ class DiskQueue:
     async def open(cls, directory: str | os.PathLike[str], name: str, **options: Any) -> DiskQueue:
         """Open (creating if needed) queue ``name`` in ``directory``.
 
-        Raises QueueLocked if the queue is open in another process or object,
+        Raises QueueLocked if the queue (or, with a ``role``, that role) is open in
+        another process or object, QueueNotFound for a consumer of a queue that does
+        not exist, OptionConflict if an option contradicts the other role's,
         DiskQueueError if its files cannot be read or created.
         """
         q = cls(directory, name, **options)

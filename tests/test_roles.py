@@ -405,3 +405,32 @@ async def test_a_killed_producers_record_is_not_taken_for_a_live_one(tmp_path: P
             assert await _get(c) == b"x"
     finally:
         os.close(fd)
+
+
+async def test_without_inotify_the_consumer_polls_with_backoff(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue._core import notify
+
+    monkeypatch.setattr(notify, "_libc", lambda: None)  # as on NFS or another OS
+    p, c = await _pair(tmp_path)
+    waiter = asyncio.ensure_future(c.get())
+    await asyncio.sleep(0.5)
+    watch = c._e.watch()  # type: ignore[attr-defined]
+    assert not watch.inotify
+    assert watch._delay == notify.POLL_MAX  # backed off while nothing changed
+    await p.put(b"polled")
+    assert await asyncio.wait_for(waiter, 10) == b"polled"
+    assert watch._delay < notify.POLL_MAX  # a change: polling comes soon again
+    await c.aclose()
+    await p.aclose()
+
+
+async def test_a_producer_alone_deletes_nothing(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "q", "producer", max_bytes_per_file=1024) as p:
+        await p.put_many([child_msg(i) for i in range(200)])
+        assert p.qsize() == 200
+    segs = [e for e in tmp_path.iterdir() if e.name.endswith(".dat") and "meta" not in e.name]
+    assert len(segs) > 5
+    async with DiskQueue(tmp_path, "q", "producer", max_bytes_per_file=1024) as p:
+        assert p.qsize() == 200
+    assert read_queue(tmp_path, "q") == [child_msg(i) for i in range(200)]
