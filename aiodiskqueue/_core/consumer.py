@@ -19,8 +19,8 @@ from .._format.roles import (
     seqs_for,
 )
 from .._format.scan import Record, read_span, scan_segment
-from ..errors import CorruptionError, DiskQueueError, QueueNotFound, RoleError
-from .buffers import Lifecycle, fail, succeed
+from ..errors import CorruptionError, QueueNotFound, RoleError
+from .buffers import Lifecycle, succeed
 from .options import Options
 from .roles import RoleEngine, read_seqs, store_role_meta
 
@@ -187,26 +187,25 @@ class ConsumerEngine(RoleEngine):
                 return out, nbytes, (fnum, pos), err
         return out, nbytes, (fnum, pos), None
 
-    def _step(self, budget: int, stored: tuple[tuple[int, int], int] | None
+    def _step(self, budget: int
               ) -> tuple[bool, list[Record], int, tuple[int, int], CorruptionError | None]:
-        """Store the read position if asked, then see the producer's record and read."""
-        if stored is not None:
-            self._store(*stored)
+        """See the producer's record, then read what it published."""
         moved = self._refresh()
         if budget <= 0:
             return moved, [], 0, self.read_at, None
         return (moved, *self._read(self.read_at, budget))
 
-    def _store(self, read: tuple[int, int], seq_r: int) -> None:
+    def _store(self, read: tuple[int, int], seq_r: int, view: tuple[int, int],
+               seq_w: int) -> tuple[tuple[int, int], int, int]:
+        """Store the read position (on the meta thread), then delete the segments it has
+        moved past; ``(read, seq_r, bytes freed)``."""
         with meta_lock(self.layout.roles_path) as mfd:
-            self._refresh()
-            store_role_meta(self.layout, mfd, read, seq_r, self._view, self.seq_w)
+            store_role_meta(self.layout, mfd, read, seq_r, view, seq_w)
             self._publish(read, seq_r)
-            # The meta past them is durable: the segments before the read file go now.
+            # The meta past them is durable: the segments before the read file go now
+            # (the reader is past them: a file it still has open is only unlinked).
+            freed = 0
             for n in range(self._oldest, read[0]):
-                if n == self._fnum:
-                    os.close(self._fd)
-                    self._fd, self._fnum = -1, -1
                 path = self.layout.segment_path(n)
                 size = self._sizes.pop(n, None)
                 try:
@@ -214,8 +213,14 @@ class ConsumerEngine(RoleEngine):
                     os.remove(path)
                 except FileNotFoundError:
                     continue
-                self.bytes_on_disk -= size
+                freed += size
             self._oldest = max(self._oldest, read[0])
+        return read, seq_r, freed
+
+    def stored(self, res: tuple[tuple[int, int], int, int]) -> None:
+        read, seq_r, freed = res
+        self._stored, self._stored_seq = read, seq_r
+        self.bytes_on_disk -= freed
 
     # ------------------------------------------------------------------ the loop
 
@@ -238,30 +243,21 @@ class ConsumerEngine(RoleEngine):
                 continue
             if self.state is Lifecycle.CLOSING:
                 return
-            syncs: list[asyncio.Future[None]] = []
-            stored = None
+            if self.storing is not None and self.storing.done():
+                self.store_done()
             if self._round_due():
-                stored = self._stored_now()
-                syncs = self._round_started()
+                # Between hops the view is the loop's to read: the store gets a copy.
+                self.store_beside(self._store, *self._stored_now(), self._view, self.seq_w,
+                                  waiters=self._round_started())
             want = self.ready_bytes <= self.low_water and self.corruption is None
-            if stored is not None or want or idle is None or idle.done():
+            if want or idle is None or idle.done():
                 budget = self.opts.read_buffer_bytes - self.ready_bytes if want else 0
                 seq_w = self.seq_w
-                try:
-                    moved, recs, nbytes, to, err = await io.run(self._step, budget, stored)
-                except OSError as exc:
-                    fail(syncs, DiskQueueError(f"storing the read position failed: {exc}"))
-                    raise
-                if stored is not None:
-                    self._stored, self._stored_seq = stored
-                    self.syncs += 1
-                succeed(syncs)
+                moved, recs, nbytes, to, err = await io.run(self._step, budget)
                 self._apply(seq_w, recs, nbytes, to, err)
                 if moved or recs:
                     watch.changed()
                     idle = None
-                    continue
-                if stored is not None:
                     continue
                 idle = watch.wait()
             if self.ready_bytes > self.low_water:
@@ -289,11 +285,12 @@ class ConsumerEngine(RoleEngine):
 
     async def _final(self) -> None:
         io = self.io
-        assert io is not None
+        assert io is not None and self.meta_io is not None
+        await self.store_settled()
         waiters = self._round_started()
-        stored = self._stored_now()
-        await io.run(self._store, *stored)
-        self._stored, self._stored_seq = stored
+        await io.run(self._refresh)
+        self.stored(await self.meta_io.run(self._store, *self._stored_now(), self._view,
+                                           self.seq_w))
         succeed(waiters)
 
     # ------------------------------------------------------------------ purge

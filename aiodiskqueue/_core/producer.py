@@ -27,8 +27,7 @@ class ProducerEngine(RoleEngine):
                                   opts.max_msg_size, opts.strict)
         self.seq_w = 0
         self.seq_r = 0  # the consumer's last stored read position's number
-        self._meta_seq = -1  # seq_w of the last meta stored here
-        self._meta_file = -1
+        self._meta_seq = -1  # seq_w of the last meta stored
         self._roles_fd = -1
         self._read_seen = (0, 0)  # the consumer's last stored read position
 
@@ -64,9 +63,18 @@ class ProducerEngine(RoleEngine):
         self._roles_fd = os.open(lay.roles_path, os.O_RDONLY)
 
     def _store_meta_locked(self, mfd: int, read: tuple[int, int] | None = None) -> None:
-        cur = store_role_meta(self.layout, mfd, read, self.seq_r, self.write_at, self.seq_w)
-        self.seq_r, self._read_seen = cur.seq_r, cur.meta.read
-        self._meta_seq, self._meta_file = self.seq_w, self.write_at[0]
+        self.stored(store_role_meta(self.layout, mfd, read, self.seq_r, self.write_at,
+                                    self.seq_w))
+
+    def _store_meta(self, at: tuple[int, int], seq_w: int) -> Seqs:
+        """Store the meta with write half ``at`` (numbered ``seq_w``): on the meta thread."""
+        with meta_lock(self.layout.roles_path) as mfd:
+            return store_role_meta(self.layout, mfd, None, 0, at, seq_w)
+
+    def stored(self, res: Seqs) -> None:
+        if res.seq_r >= self.seq_r:
+            self.seq_r, self._read_seen = res.seq_r, res.meta.read
+        self._meta_seq = res.seq_w
 
     def _close_files(self) -> None:
         if self._roles_fd >= 0:
@@ -76,10 +84,10 @@ class ProducerEngine(RoleEngine):
 
     # ------------------------------------------------------------------ jobs (I/O thread)
 
-    def _job(self, payloads: list[bytes] | None, fsync: bool, meta: bool,
+    def _job(self, payloads: list[bytes] | None, fsync: bool,
              live: bool = True) -> tuple[OSError | None, int]:
-        """Write ``payloads``, fsync, publish the write position, store the meta; the
-        consumer's last stored read number after it. Runs on the I/O thread."""
+        """Write ``payloads``, fsync if asked, publish the write position; the consumer's
+        last stored read number after it. Runs on the I/O thread."""
         err: OSError | None = None
         if payloads:
             try:
@@ -88,22 +96,13 @@ class ProducerEngine(RoleEngine):
                 err = exc
             else:
                 self.seq_w += len(payloads)
-        store = self.store
-        at = (store.write_file, store.write_pos)
-        if fsync or (meta and err is None):
-            store.sync(None)  # fdatasync, and the directory for a new segment
+        if fsync:
+            self.store.sync(None)  # fdatasync, and the directory for a new segment
         if (payloads and err is None) or not live:
-            self._publish(at, self.seq_w, live)
-        if meta or at[0] != self._meta_file:
-            # A roll is noted in the meta at once: the consumer may then delete the file
-            # it finished, and go-diskqueue's meta never names a file far behind.
-            with meta_lock(self.layout.roles_path) as mfd:
-                self.write_at = at
-                self._store_meta_locked(mfd)
-        else:
-            _prev, cur = decode_seqs(os.pread(self._roles_fd, SEQS_SIZE, 0))
-            if cur is not None and cur.seq_r >= self.seq_r:
-                self.seq_r, self._read_seen = cur.seq_r, cur.meta.read
+            self._publish((self.store.write_file, self.store.write_pos), self.seq_w, live)
+        _prev, cur = decode_seqs(os.pread(self._roles_fd, SEQS_SIZE, 0))
+        if cur is not None and cur.seq_r >= self.seq_r:
+            self.seq_r, self._read_seen = cur.seq_r, cur.meta.read
         return err, self.seq_r
 
     # ------------------------------------------------------------------ the loop
@@ -115,6 +114,8 @@ class ProducerEngine(RoleEngine):
         io = self.io
         assert io is not None
         while True:
+            if self.storing is not None and self.storing.done():
+                self.store_done()
             if self.pending:
                 await self._write_batch()
                 continue
@@ -125,16 +126,16 @@ class ProducerEngine(RoleEngine):
                 return
             if self._round_due():
                 waiters = self._round_started(True)
-                _err, seq_r = await io.run(self._job, None, True, True)
+                _err, seq_r = await io.run(self._job, None, True)
                 self._seen_read(seq_r)
-                succeed(waiters)
+                self.store_beside(self._store_meta, self.write_at, self.seq_w, waiters=waiters)
                 continue
             extra = []
             if self.putters:
                 extra.append(self.watch().wait())  # the consumer's next meta store
             await self._wait(*extra)
             if self.putters:
-                _err, seq_r = await io.run(self._job, None, False, False)
+                _err, seq_r = await io.run(self._job, None, False)
                 self._seen_read(seq_r)
 
     async def _write_batch(self, live: bool = True) -> None:
@@ -144,11 +145,14 @@ class ProducerEngine(RoleEngine):
         self.pending, self.put_waiters, self.pending_bytes = [], [], 0
         n = len(payloads)
         self.since_sync += n
-        meta = bool(self.sync_waiters) or self.loop.time() >= self._sync_due_at
+        # The meta is stored beside the next writes: on sync(), at most every
+        # sync_interval, and on close, each time after an fsync of what it points to.
+        meta = self.storing is None and (bool(self.sync_waiters)
+                                         or self.loop.time() >= self._sync_due_at)
         fsync = meta or self.sync_every == 1 or self.since_sync >= self.sync_every
         syncs = self._round_started(meta) if fsync else []
         try:
-            err, seq_r = await io.run(self._job, payloads, fsync, meta, live)
+            err, seq_r = await io.run(self._job, payloads, fsync, live)
         except OSError as exc:
             err, seq_r = exc, self.seq_r
         self.write_at = (self.store.write_file, self.store.write_pos)
@@ -162,7 +166,10 @@ class ProducerEngine(RoleEngine):
             fail(syncs, e)
         else:
             self.landed(n, waiters, self.write_at, None, 0, False)
-            succeed(syncs)
+            if meta:
+                self.store_beside(self._store_meta, self.write_at, self.seq_w, waiters=syncs)
+            else:
+                succeed(syncs)
         self._seen_read(seq_r)
 
     async def wait_not_full(self) -> None:
@@ -187,15 +194,18 @@ class ProducerEngine(RoleEngine):
         meta = self.store.purge()
         self.seq_r, self._read_seen = self.seq_w, meta.read
         self.write_at = meta.write
-        self._meta_seq, self._meta_file = self.seq_w, nxt
+        self._meta_seq = self.seq_w
         self._publish(meta.write, self.seq_w)
         return meta
 
     async def _final(self) -> None:
         io = self.io
-        assert io is not None
+        assert io is not None and self.meta_io is not None
+        await self.store_settled()
         while self.pending:
             await self._write_batch()
+            await self.store_settled()
         waiters = self._round_started(True)
-        await io.run(self._job, None, True, True, False)
+        await io.run(self._job, None, True, False)
+        self.stored(await self.meta_io.run(self._store_meta, self.write_at, self.seq_w))
         succeed(waiters)

@@ -27,6 +27,8 @@ import asyncio
 import logging
 import os
 import random
+from collections.abc import Callable
+from typing import Any
 
 from .._format.layout import Layout
 from .._format.lock import RoleLock
@@ -92,6 +94,11 @@ class RoleEngine(QueueBuffers):
         self.session = random.getrandbits(62) + 1
         self._rfd = -1
         self.io: IOThread | None = None
+        # Meta stores run on a thread of their own, beside the reads and writes: their
+        # fsyncs would hold up delivery for tens of milliseconds on the I/O thread.
+        self.meta_io: IOThread | None = None
+        self.storing: asyncio.Future[Any] | None = None
+        self._store_waiters: list[asyncio.Future[None]] = []
         self.task: asyncio.Task[None] | None = None
         self._sync_due_at = 0.0
         self._watch: FileWatch | None = None
@@ -118,6 +125,7 @@ class RoleEngine(QueueBuffers):
             raise
         for name in ("put_req", "sync_req", "purge_req", "exit_req"):
             setattr(self, name, loop.create_future())
+        self.meta_io = IOThread(f"aiodiskqueue-{self.role}-meta-{self.layout.name}")
         self._sync_due_at = loop.time() + self.opts.sync_interval
         self.state = Lifecycle.OPEN
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.role}")
@@ -199,12 +207,18 @@ class RoleEngine(QueueBuffers):
                 self.error = exc
         if self._watch is not None:
             self._watch.close()
+        if self.storing is not None:  # broken: the store's waiters fail below
+            await asyncio.wait([self.storing])
+            self.sync_waiters += self._store_waiters
         try:
             await io.run(self._close_files)
         except BaseException:
             log.exception("%s: error while closing", self.layout.meta_path)
         io.stop()
         self.io = None
+        if self.meta_io is not None:
+            self.meta_io.stop()
+            self.meta_io = None
         self.lock.release()
         if self.state is not Lifecycle.BROKEN:
             self.settle()
@@ -215,11 +229,49 @@ class RoleEngine(QueueBuffers):
         self.wake_all_getters()
         self.wake_all_putters()
 
+    # ------------------------------------------------------------------ meta stores
+
+    def store_beside(self, fn: Callable[..., Any], *args: Any,
+                     waiters: list[asyncio.Future[None]]) -> None:
+        """Run the meta store ``fn(*args)`` on the meta thread; :meth:`stored` applies its
+        result, then ``waiters`` are resolved. One at a time."""
+        assert self.meta_io is not None and self.storing is None
+        self.storing = self.meta_io.run(fn, *args)
+        self._store_waiters = waiters
+
+    def store_done(self) -> None:
+        """Apply the finished meta store (raises what it raised, failing its waiters)."""
+        fut, waiters = self.storing, self._store_waiters
+        assert fut is not None and fut.done()
+        self.storing, self._store_waiters = None, []
+        try:
+            res = fut.result()
+        except OSError as exc:
+            err = DiskQueueError(f"storing the meta of {self.layout.name!r} failed: {exc}")
+            err.__cause__ = exc
+            fail(waiters, err)
+            raise err from exc
+        self.stored(res)
+        self.syncs += 1
+        succeed(waiters)
+
+    async def store_settled(self) -> None:
+        """Wait for the meta store in flight, if any, and apply it."""
+        if self.storing is not None:
+            await asyncio.wait([self.storing])
+            self.store_done()
+
+    def stored(self, res: Any) -> None:
+        """A meta store finished with ``res``: the role takes in what it stored."""
+
     async def _wait(self, *extra: asyncio.Future[None]) -> None:
-        """Sleep until a request, one of ``extra`` or the periodic sync timer."""
+        """Sleep until a request, one of ``extra``, the meta store in flight or the
+        periodic sync timer."""
         loop = self.loop
         assert loop is not None
-        waits: list[asyncio.Future[None]] = list(extra)
+        waits: list[asyncio.Future[Any]] = list(extra)
+        if self.storing is not None:
+            waits.append(self.storing)
         for name in ("put_req", "sync_req", "purge_req", "exit_req"):
             fut = getattr(self, name)
             if fut.done():
@@ -243,9 +295,11 @@ class RoleEngine(QueueBuffers):
         raise NotImplementedError
 
     def _round_due(self) -> bool:
-        """A sync round is due: asked for, counted, or timed."""
+        """A sync round is due: asked for, counted, or timed (and no store in flight)."""
         loop = self.loop
         assert loop is not None
+        if self.storing is not None:
+            return False
         return bool(self.sync_waiters) or (self._dirty() and (
             self.since_sync >= self.sync_every or loop.time() >= self._sync_due_at))
 
@@ -278,6 +332,7 @@ class RoleEngine(QueueBuffers):
     async def _purge(self) -> None:
         io = self.io
         assert io is not None
+        await self.store_settled()
         waiters, self.purge_waiters = self.purge_waiters, []
         try:
             meta = await io.run(self._purge_blocking)
