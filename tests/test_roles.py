@@ -434,3 +434,16 @@ async def test_a_producer_alone_deletes_nothing(tmp_path: Path) -> None:
     async with DiskQueue(tmp_path, "q", "producer", max_bytes_per_file=1024) as p:
         assert p.qsize() == 200
     assert read_queue(tmp_path, "q") == [child_msg(i) for i in range(200)]
+
+
+@pytest.mark.parametrize("role", ["producer", "consumer"])
+async def test_tools_see_a_queue_held_by_a_role_as_held(tmp_path: Path, role: str) -> None:
+    from aiodiskqueue._format.lock import lock_holder
+
+    async with DiskQueue(tmp_path, "q"):
+        pass
+    lock = str(tmp_path / "q.diskqueue.lock")
+    assert lock_holder(lock) is None
+    async with DiskQueue(tmp_path, "q", role):
+        assert lock_holder(lock) == os.getpid()
+    assert lock_holder(lock) is None

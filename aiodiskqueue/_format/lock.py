@@ -34,8 +34,9 @@ class QueueLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise QueueLocked(self.path, _role_holder(self.path)
-                              or read_lock_pid(self.path)) from None
+            pid = _role_holder(self.path)
+            raise QueueLocked(self.path, pid if pid is not None and pid > 0
+                              else read_lock_pid(self.path)) from None
         except BaseException:
             os.close(fd)
             raise
@@ -102,12 +103,13 @@ class RoleLock:
 
 
 def _role_holder(lock_path: str) -> int | None:
-    """The pid of a role holder of the queue whose lock file is ``lock_path``."""
+    """The pid of a role holder of the queue whose lock file is ``lock_path`` (-1 if held
+    by a holder that has not written its pid yet), None if no role is held."""
     stem = lock_path[:-len(".lock")] if lock_path.endswith(".lock") else lock_path
     for role in ("producer", "consumer"):
         pid = holder_pid(f"{stem}.{role}")
         if pid is not None:
-            return pid if pid > 0 else None
+            return pid
     return None
 
 
@@ -124,6 +126,7 @@ def read_lock_pid(path: str) -> int | None:
 def lock_holder(path: str) -> int | None:
     """Pid of the live process holding the lock at ``path``, or None if it is free.
 
+    A producer or consumer role counts: its holder's pid (the producer's first).
     Probes with a shared non-blocking flock and creates nothing.
     """
     try:
@@ -136,6 +139,6 @@ def lock_holder(path: str) -> int | None:
         except BlockingIOError:
             return read_lock_pid(path) or -1
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        return _role_holder(path)
     finally:
         os.close(fd)
