@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 from helpers_child import child_msg
-from helpers_format import read_meta, read_queue, seg_name
+from conftest import CopyFixture
+from helpers_format import bad_files, patch_bytes, read_meta, read_queue, seg_name
 from helpers_proc import Child
+from test_core_fixtures import FIXTURES, IDS, Fixture, _extra
 
 from aiodiskqueue import (
+    CorruptionError,
     DiskQueue,
     OptionConflict,
     QueueLocked,
@@ -447,3 +450,44 @@ async def test_tools_see_a_queue_held_by_a_role_as_held(tmp_path: Path, role: st
     async with DiskQueue(tmp_path, "q", role):
         assert lock_holder(lock) == os.getpid()
     assert lock_holder(lock) is None
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+@pytest.mark.parametrize("first", ["consumer", "producer"])
+async def test_go_diskqueue_fixtures_through_the_roles(copy_fixture: CopyFixture,
+                                                       tmp_path: Path, fx: Fixture,
+                                                       first: str) -> None:
+    copy_fixture(fx.name, tmp_path)
+    opts = {"max_bytes_per_file": fx.max_bytes, "max_msg_size": fx.max_msg}
+    expected = fx.remaining()
+    extra = _extra(fx)
+    q1 = await DiskQueue.open(tmp_path, fx.name, role=first, **opts)
+    q2 = await DiskQueue.open(tmp_path, fx.name, role="producer" if first == "consumer"
+                              else "consumer", **opts)
+    p, c = (q2, q1) if first == "consumer" else (q1, q2)
+    assert c.qsize() == p.qsize() == len(expected)
+    assert [await _get(c) for _ in range(len(expected))] == expected
+    put, got = len(extra) * 2 // 3, len(extra) // 3
+    await p.put_many(extra[:put])
+    assert [await _get(c) for _ in range(got)] == extra[:got]
+    await c.aclose()
+    await p.put_many(extra[put:])
+    await p.aclose()
+    assert bad_files(tmp_path) == []
+    assert read_queue(tmp_path, fx.name) == extra[got:]  # go-diskqueue's view
+    assert read_meta(tmp_path, fx.name).depth == len(extra) - got
+
+
+async def test_damage_inside_published_data_stops_the_consumer(tmp_path: Path) -> None:
+    async with DiskQueue(tmp_path, "q", "producer") as p:
+        await p.put_many([b"aaaa", b"bbbb", b"cccc"])
+        # The second record's length (bytes 8-11) says 2 GiB: not what was written.
+        patch_bytes(tmp_path / seg_name("q", 0), 8, b"\x7f\xff\xff\xff")
+        async with DiskQueue(tmp_path, "q", "consumer") as c:
+            assert await _get(c) == b"aaaa"
+            with pytest.raises(CorruptionError) as ei:
+                await _get(c)
+            assert ei.value.path == str(tmp_path / seg_name("q", 0))
+            assert ei.value.offset == 8
+            await p.put(b"dddd")  # the producer is not held up
+    assert bad_files(tmp_path) == []  # nothing renamed beside a live producer
