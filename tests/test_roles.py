@@ -11,8 +11,8 @@ import resource
 from pathlib import Path
 
 import pytest
-from helpers_child import child_msg
 from conftest import CopyFixture
+from helpers_child import child_msg
 from helpers_format import bad_files, patch_bytes, read_meta, read_queue, seg_name
 from helpers_proc import Child
 from test_core_fixtures import FIXTURES, IDS, Fixture, _extra
