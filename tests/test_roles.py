@@ -360,8 +360,10 @@ async def test_a_consumer_alone_reads_what_a_dead_producer_acknowledged(
 
 async def test_the_sync_facade_takes_a_role(tmp_path: Path) -> None:
     with SyncDiskQueue(tmp_path, "q", role="producer") as p:
+        assert p.role == "producer"
         p.put(b"x")
         with SyncDiskQueue(tmp_path, "q", role="consumer") as c:
+            assert c.role == "consumer"
             assert c.get(timeout=10) == b"x"
             with pytest.raises(RoleError):
                 c.put(b"y")
