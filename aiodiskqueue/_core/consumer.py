@@ -16,13 +16,15 @@ from .._format.roles import (
     live_record,
     meta_lock,
     read_record,
+    read_seqs,
     seqs_for,
+    store_role_meta,
 )
 from .._format.scan import Record, read_span, scan_segment
 from ..errors import CorruptionError, QueueNotFound, RoleError
 from .buffers import Lifecycle, succeed
 from .options import Options
-from .roles import RoleEngine, read_seqs, store_role_meta
+from .roles import RoleEngine
 
 log = logging.getLogger("aiodiskqueue")
 
@@ -200,7 +202,7 @@ class ConsumerEngine(RoleEngine):
         """Store the read position (on the meta thread), then delete the segments it has
         moved past; ``(read, seq_r, bytes freed)``."""
         with meta_lock(self.layout.roles_path) as mfd:
-            store_role_meta(self.layout, mfd, read, seq_r, view, seq_w)
+            store_role_meta(self.layout.meta_path, mfd, read, seq_r, view, seq_w)
             self._publish(read, seq_r)
             # The meta past them is durable: the segments before the read file go now
             # (the reader is past them: a file it still has open is only unlinked).

@@ -7,11 +7,20 @@ import os
 
 from .._format.layout import Layout
 from .._format.meta import Meta, load_meta
-from .._format.roles import SEQS_SIZE, Seqs, decode_seqs, encode_seqs, meta_lock, seqs_for
+from .._format.roles import (
+    SEQS_SIZE,
+    Seqs,
+    decode_seqs,
+    encode_seqs,
+    meta_lock,
+    read_seqs,
+    seqs_for,
+    store_role_meta,
+)
 from ..errors import DiskQueueError, RoleError
 from .buffers import Lifecycle, fail, succeed, wake
 from .options import Options
-from .roles import RoleEngine, read_seqs, store_role_meta
+from .roles import RoleEngine
 from .store import SegmentStore
 
 
@@ -63,13 +72,13 @@ class ProducerEngine(RoleEngine):
         self._roles_fd = os.open(lay.roles_path, os.O_RDONLY)
 
     def _store_meta_locked(self, mfd: int, read: tuple[int, int] | None = None) -> None:
-        self.stored(store_role_meta(self.layout, mfd, read, self.seq_r, self.write_at,
+        self.stored(store_role_meta(self.layout.meta_path, mfd, read, self.seq_r, self.write_at,
                                     self.seq_w))
 
     def _store_meta(self, at: tuple[int, int], seq_w: int) -> Seqs:
         """Store the meta with write half ``at`` (numbered ``seq_w``): on the meta thread."""
         with meta_lock(self.layout.roles_path) as mfd:
-            return store_role_meta(self.layout, mfd, None, 0, at, seq_w)
+            return store_role_meta(self.layout.meta_path, mfd, None, 0, at, seq_w)
 
     def stored(self, res: Seqs) -> None:
         if res.seq_r >= self.seq_r:

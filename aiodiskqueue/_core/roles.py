@@ -32,17 +32,12 @@ from typing import Any
 
 from .._format.layout import Layout
 from .._format.lock import RoleLock
-from .._format.meta import Meta, load_meta, store_meta
+from .._format.meta import Meta
 from .._format.roles import (
-    SEQS_SIZE,
     RoleRecord,
-    Seqs,
-    decode_seqs,
-    encode_seqs,
     holder_pid,
     live_record,
     meta_lock,
-    seqs_for,
 )
 from ..errors import DiskQueueError, OptionConflict, QueueLocked, RoleError
 from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
@@ -53,31 +48,6 @@ from .options import Options
 log = logging.getLogger("aiodiskqueue")
 
 _AGREED = ("max_bytes_per_file", "min_msg_size", "max_msg_size")
-
-
-def read_seqs(fd: int) -> tuple[Seqs | None, Seqs | None]:
-    return decode_seqs(os.pread(fd, SEQS_SIZE, 0))
-
-
-def store_role_meta(layout: Layout, fd: int, read: tuple[int, int] | None, seq_r: int,
-                    write: tuple[int, int] | None, seq_w: int) -> Seqs:
-    """Store the meta with the lock held (``fd``: the roles file). A half given as None
-    is taken from the meta stored last (the other role's); a write half older than the
-    stored one is too. The roles file is written first and keeps the previous meta's
-    numbers, so a store cut short leaves numbers that match the meta on disk."""
-    stored = read_seqs(fd)
-    on_disk = load_meta(layout.meta_path)
-    last = seqs_for(on_disk, stored) if on_disk is not None else None
-    if read is None:
-        assert last is not None
-        read, seq_r = last.meta.read, last.seq_r
-    if write is None or (last is not None and last.seq_w > seq_w):
-        assert last is not None
-        write, seq_w = last.meta.write, last.seq_w
-    cur = Seqs(Meta(max(0, seq_w - seq_r), *read, *write), seq_r, seq_w)
-    os.pwrite(fd, encode_seqs(last, cur), 0)
-    store_meta(layout.meta_path, cur.meta)
-    return cur
 
 
 class RoleEngine(QueueBuffers):

@@ -17,6 +17,7 @@ A sequence number counts records: the record at the consumer's position has numb
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import struct
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .meta import Meta
+from .meta import Meta, load_meta, store_meta
 
 ROLES = ("producer", "consumer", "both")
 
@@ -172,6 +173,38 @@ def seqs_for(meta: Meta, stored: tuple[Seqs | None, Seqs | None]) -> Seqs:
         if s is not None and s.meta == meta:
             return s
     return Seqs(meta, 0, meta.depth)
+
+
+def read_seqs(fd: int) -> tuple[Seqs | None, Seqs | None]:
+    """``(prev, cur)`` of the roles file open at ``fd``."""
+    return decode_seqs(os.pread(fd, SEQS_SIZE, 0))
+
+
+def store_role_meta(meta_path: str, fd: int, read: tuple[int, int] | None, seq_r: int,
+                    write: tuple[int, int] | None, seq_w: int) -> Seqs:
+    """Store the meta at ``meta_path`` with the meta writers' lock held (``fd``: the roles
+    file, see :func:`meta_lock`). A half given as None is taken from the meta stored last
+    (the other role's); so is a write half older than the stored one. The roles file is
+    written first and keeps the previous meta's numbers, so a store cut short leaves
+    numbers that match the meta on disk.
+
+    Raises FileNotFoundError if a half is to come from a meta file that is not there,
+    OSError if the files cannot be written.
+    """
+    on_disk = load_meta(meta_path)
+    last = seqs_for(on_disk, read_seqs(fd)) if on_disk is not None else None
+    if last is None and (read is None or write is None):
+        raise FileNotFoundError(errno.ENOENT, "meta file missing", meta_path)
+    if read is None:
+        assert last is not None
+        read, seq_r = last.meta.read, last.seq_r
+    if write is None or (last is not None and last.seq_w > seq_w):
+        assert last is not None
+        write, seq_w = last.meta.write, last.seq_w
+    cur = Seqs(Meta(max(0, seq_w - seq_r), *read, *write), seq_r, seq_w)
+    os.pwrite(fd, encode_seqs(last, cur), 0)
+    store_meta(meta_path, cur.meta)
+    return cur
 
 
 def holder_pid(path: str) -> int | None:
