@@ -494,3 +494,25 @@ async def test_damage_inside_published_data_stops_the_consumer(tmp_path: Path) -
             assert ei.value.offset == 8
             await p.put(b"dddd")  # the producer is not held up
     assert bad_files(tmp_path) == []  # nothing renamed beside a live producer
+
+
+async def test_a_change_during_a_look_at_the_producer_is_not_missed(tmp_path: Path) -> None:
+    # A notification that comes while the consumer is reading the producer's record
+    # (not waiting) must still end its next wait: else a message would wait for the
+    # once-a-second check. Pairs of puts, the second while the first is being read.
+    p, c = await _pair(tmp_path)
+    loop = asyncio.get_running_loop()
+    worst = 0.0
+    for i in range(200):
+        t0 = loop.time()
+        await p.put(b"a")
+        await asyncio.sleep(0.00005 * (i % 20))
+        await p.put(b"b")
+        got = await asyncio.wait_for(c.get_many(2), 10)
+        if got == [b"a"]:
+            got.append(await asyncio.wait_for(c.get(), 10))
+        assert got == [b"a", b"b"]
+        worst = max(worst, loop.time() - t0)
+    assert worst < 0.5, worst
+    await c.aclose()
+    await p.aclose()

@@ -259,8 +259,9 @@ class ConsumerEngine(RoleEngine):
                 self._apply(seq_w, recs, nbytes, to, err)
                 if moved or recs:
                     watch.changed()
-                    idle = None
-                    continue
+                    if to < self._view:
+                        idle = None
+                        continue  # more is published: read on
                 idle = watch.wait()
             if self.ready_bytes > self.low_water:
                 self.refill_at = self.low_water

@@ -50,6 +50,7 @@ class FileWatch:
         self.path = path
         self._fd = -1
         self._waiter: asyncio.Future[None] | None = None
+        self._missed = False  # a change came while no waiter waited: the next wait() ends
         self._delay = POLL_MIN
         libc = _libc() if use_inotify else None
         if libc is not None:
@@ -80,15 +81,23 @@ class FileWatch:
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
+        else:
+            self._missed = True
 
     def changed(self) -> None:
         """The file was seen to change: the next poll comes soon again."""
         self._delay = POLL_MIN
 
     def wait(self) -> asyncio.Future[None]:
-        """A future resolved at the next change (inotify) or poll tick (backoff)."""
+        """A future resolved at the next change (inotify) or poll tick (backoff); at once
+        if a change was notified since the last one ended (the caller may have looked
+        at the file before it)."""
         w = self.loop.create_future()
         self._waiter = w
+        if self._missed:
+            self._missed = False
+            w.set_result(None)
+            return w
         if self._fd >= 0:
             delay = _WATCHED_CHECK
         else:
