@@ -516,3 +516,26 @@ async def test_a_change_during_a_look_at_the_producer_is_not_missed(tmp_path: Pa
     assert worst < 0.5, worst
     await c.aclose()
     await p.aclose()
+
+
+async def test_a_consumers_meta_names_only_durable_data(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The producer fsyncs by its own count (here: not before close); the consumer's
+    # store makes the data its meta's write half names durable first.
+    p, c = await _pair(tmp_path, sync_every=10**6, sync_interval=3600.0)
+    await p.put_many([b"one", b"two"])
+    assert await _get(c) == b"one"
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    await c.sync()
+    assert str(tmp_path / seg_name("q", 0)) in synced
+    meta = read_meta(tmp_path, "q")
+    assert (meta.depth, meta.read_pos, meta.write_pos) == (1, 7, 14)
+    await c.aclose()
+    await p.aclose()

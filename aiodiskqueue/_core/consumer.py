@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 
-from .._format.layout import Layout, file_size
+from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, load_meta, store_meta
 from .._format.roles import (
     RoleRecord,
@@ -51,6 +51,7 @@ class ConsumerEngine(RoleEngine):
         self._fd = -1
         self._fnum = -1
         self._sizes: dict[int, int] = {}
+        self._synced_file = -1  # the segment whose directory entry a store made durable
 
     # Putting messages is the producer's.
     def check_put(self, n: int) -> None:
@@ -201,6 +202,7 @@ class ConsumerEngine(RoleEngine):
                seq_w: int) -> tuple[tuple[int, int], int, int]:
         """Store the read position (on the meta thread), then delete the segments it has
         moved past; ``(read, seq_r, bytes freed)``."""
+        self._sync_data(view[0])
         with meta_lock(self.layout.roles_path) as mfd:
             store_role_meta(self.layout.meta_path, mfd, read, seq_r, view, seq_w)
             self._publish(read, seq_r)
@@ -218,6 +220,23 @@ class ConsumerEngine(RoleEngine):
                 freed += size
             self._oldest = max(self._oldest, read[0])
         return read, seq_r, freed
+
+    def _sync_data(self, fnum: int) -> None:
+        """Make the data up to the producer's published position durable before a meta
+        names it (the producer fsyncs by its own count): fdatasync the write segment
+        (any descriptor of a file flushes it) and, for a new one, the directory. Earlier
+        segments were fsynced by the producer when it rolled."""
+        try:
+            fd = os.open(self.layout.segment_path(fnum), os.O_RDONLY)
+        except FileNotFoundError:
+            return  # not created yet: the position is its start
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if fnum != self._synced_file:
+            fsync_dir(self.layout.directory)
+            self._synced_file = fnum
 
     def stored(self, res: tuple[tuple[int, int], int, int]) -> None:
         read, seq_r, freed = res
