@@ -2,8 +2,8 @@
 
 Each engine keeps the in-memory bookkeeping of :class:`~.buffers.QueueBuffers` (so
 ``DiskQueue`` calls the same methods as for a whole queue) and runs its own small
-ioLoop on one I/O thread. Who writes which file when (see ``_format/roles.py`` for
-the files):
+ioLoop on one I/O thread; meta stores run on a second thread, beside it. Who writes
+which file when (see ``_format/roles.py`` for the files):
 
 - the producer appends records (:class:`~.store.SegmentStore`, its open cuts a torn
   tail), then rewrites its record in ``NAME.diskqueue.producer`` (write position and
@@ -12,9 +12,9 @@ the files):
   half) on close, on ``sync()`` and at most every ``sync_interval`` seconds;
 - the consumer reads only up to the producer's published position (so a record
   being written is not there yet), waits for that record to change (:mod:`.notify`),
-  stores the meta (its read half, the producer's published write half) by
-  ``sync_every`` takes, ``sync_interval``, ``sync()`` and close, and only then deletes
-  the segments it has moved past.
+  stores the meta (its read half, the producer's published write half, fdatasynced
+  first) by ``sync_every`` takes, ``sync_interval``, ``sync()`` and close, and only
+  then deletes the segments it has moved past.
 
 Every meta store holds the meta writers' lock and records the sequence numbers of
 the meta's two positions, from which the depth follows; both roles always write a
