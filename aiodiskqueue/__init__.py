@@ -10,11 +10,13 @@ from .errors import (
     MessageNotInFlight,
     MessageSizeError,
     MissingExtra,
+    OptionConflict,
     QueueClosed,
     QueueEmpty,
     QueueFull,
     QueueLocked,
     QueueNotFound,
+    RoleError,
     SerializationError,
 )
 from .queue import DiskQueue
@@ -31,11 +33,13 @@ __all__ = [
     "MessageNotInFlight",
     "MessageSizeError",
     "MissingExtra",
+    "OptionConflict",
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
     "QueueLocked",
     "QueueNotFound",
+    "RoleError",
     "SerializationError",
     "Statistics",
 ]

@@ -12,11 +12,13 @@ __all__ = [
     "MessageNotInFlight",
     "MessageSizeError",
     "MissingExtra",
+    "OptionConflict",
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
     "QueueLocked",
     "QueueNotFound",
+    "RoleError",
     "SerializationError",
 ]
 
@@ -68,6 +70,28 @@ class QueueLocked(DiskQueueError):
         super().__init__(f"queue is locked by {holder}: {path}")
         self.path = path
         self.pid = pid
+
+
+class RoleError(DiskQueueError):
+    """A call this queue object's role does not have: ``get()`` on a producer, ``put()``
+    on a consumer, or ``purge()`` while another process holds the other role."""
+
+    def __init__(self, role: str, what: str) -> None:
+        super().__init__(f"{what} is not available to a queue opened with role={role!r}")
+        self.role = role
+
+
+class OptionConflict(DiskQueueError, ValueError):
+    """An option that a producer and a consumer of one queue must agree on differs from
+    the value of the live holder of the other role. Nothing was changed."""
+
+    def __init__(self, option: str, mine: object, theirs: object, role: str,
+                 pid: int) -> None:
+        super().__init__(f"{option}={mine!r} contradicts {option}={theirs!r} of the {role} "
+                         f"(process {pid}) holding the queue")
+        self.option = option
+        self.mine = mine
+        self.theirs = theirs
 
 
 class QueueNotFound(DiskQueueError, LookupError):

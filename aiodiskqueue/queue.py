@@ -7,9 +7,10 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
-from typing import Any, final
+from typing import Any, cast, final
 
 from ._core.buffers import QUEUE_OPEN, Lifecycle
+from ._core.consumer import ConsumerEngine
 from ._core.engine import Engine
 from ._core.inline import write_one
 from ._core.marker import EmptyMarker
@@ -21,7 +22,9 @@ from ._core.options import (
     check_max_items,
     check_name,
 )
+from ._core.producer import ProducerEngine
 from ._format.layout import Layout
+from ._format.roles import check_role
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
 
 
@@ -43,6 +46,15 @@ class DiskQueue:
     ``statistics().bad_files``); with ``strict=True`` nothing is changed and
     opening or reading raises CorruptionError instead.
 
+    ``role``: ``"both"`` (the default) opens the whole queue, as go-diskqueue does.
+    ``"producer"`` opens its put side only and ``"consumer"`` its get side only, so
+    that a producer and a consumer (two processes, or two objects of one) hold the
+    queue at once; the other side's calls raise RoleError. The consumer sees a
+    message once its ``put()`` has returned; a producer's ``qsize()`` and ``full()``
+    count from the consumer's last stored position (at most ``sync_every`` takes or
+    ``sync_interval`` seconds old). ``max_bytes_per_file`` and the message size
+    limits must agree with the live other role's (OptionConflict otherwise).
+
     Options are keyword-only: the fields of ``Options`` (``aiodiskqueue._core.options``,
     the one definition of each, its default and its check), with their defaults.
 
@@ -53,6 +65,7 @@ class DiskQueue:
         self,
         directory: str | os.PathLike[str],
         name: str,
+        role: str = "both",
         *,
         max_bytes_per_file: int = DEFAULTS.max_bytes_per_file,
         min_msg_size: int = DEFAULTS.min_msg_size,
@@ -69,11 +82,19 @@ class DiskQueue:
         # Every keyword parameter is a field of Options (tests/test_options_one_definition.py
         # keeps the two equal): the names are not written out a second time.
         options = {k: v for k, v in locals().items() if k in Options.NAMES}
-        self._setup(directory, name, Options.from_keywords("DiskQueue", options))
+        self._setup(directory, name, Options.from_keywords("DiskQueue", options), role)
 
-    def _setup(self, directory: str | os.PathLike[str], name: str, opts: Options) -> None:
+    def _setup(self, directory: str | os.PathLike[str], name: str, opts: Options,
+               role: str = "both") -> None:
         self._layout = Layout(os.fspath(directory), check_name(name))
-        self._e = Engine(self._layout, opts)
+        self._role = check_role(role)
+        if role == "both":
+            self._e = Engine(self._layout, opts)
+        else:
+            # A role's engine offers the same in-memory surface (QueueBuffers) that every
+            # method here uses; the other side's calls raise RoleError.
+            cls = ProducerEngine if role == "producer" else ConsumerEngine
+            self._e = cast(Engine, cls(self._layout, opts))
         self._empties = EmptyMarker(self._layout)  # made before an empty message is durable
         self._closing: asyncio.Task[None] | None = None
 
@@ -83,7 +104,9 @@ class DiskQueue:
     async def open(cls, directory: str | os.PathLike[str], name: str, **options: Any) -> DiskQueue:
         """Open (creating if needed) queue ``name`` in ``directory``.
 
-        Raises QueueLocked if the queue is open in another process or object,
+        Raises QueueLocked if the queue (or, with a ``role``, that role) is open in
+        another process or object, QueueNotFound for a consumer of a queue that does
+        not exist, OptionConflict if an option contradicts the other role's,
         DiskQueueError if its files cannot be read or created.
         """
         q = cls(directory, name, **options)
@@ -302,6 +325,12 @@ class DiskQueue:
     def maxsize(self) -> int:
         """Bound on ``qsize()`` for ``put()``; 0 means unbounded."""
         return self._e.maxsize
+
+    @property
+    def role(self) -> str:
+        """``"producer"`` (the put side only), ``"consumer"`` (the get side only) or
+        ``"both"``."""
+        return self._role
 
     @property
     def name(self) -> str:

@@ -12,6 +12,11 @@ Modes (each prints one line per event, flushed, so the parent can read as it goe
 * ``hold DIR NAME``: open the queue, print ``OPEN pid``, wait for stdin to close,
   close the queue.
 * ``try DIR NAME``: try to open the queue; print ``LOCKED pid`` or ``OPENED``.
+* ``rproduce DIR NAME START SYNC_EVERY MAX_BYTES``: as ``produce`` with one worker, as
+  ``role="producer"``.
+* ``rconsume DIR NAME SYNC_EVERY MAX_BYTES``: as ``role="consumer"``, the meta stored by
+  the count of gets (``sync_every``); print ``READY``, then ``G i`` after each get.
+* ``rhold DIR NAME ROLE``, ``rtry DIR NAME ROLE``: ``hold`` and ``try`` with a role.
 """
 
 from __future__ import annotations
@@ -89,15 +94,35 @@ async def drain(directory: str, name: str, sync_every: int) -> None:
                 _say("M")
 
 
-async def hold(directory: str, name: str) -> None:
-    async with DiskQueue(directory, name):
+async def rproduce(directory: str, name: str, start: int, sync_every: int,
+                   max_bytes: int) -> None:
+    async with DiskQueue(directory, name, "producer", sync_every=sync_every,
+                         max_bytes_per_file=max_bytes) as q:
+        _say(f"READY {q.statistics().recovered}")
+        i = start
+        while True:
+            await q.put(child_msg(i))
+            _say(str(i))
+            i += 1
+
+
+async def rconsume(directory: str, name: str, sync_every: int, max_bytes: int) -> None:
+    async with DiskQueue(directory, name, "consumer", sync_every=sync_every,
+                         sync_interval=3600.0, max_bytes_per_file=max_bytes) as q:
+        _say("READY")
+        async for m in q:
+            _say(f"G {msg_index(m)}")
+
+
+async def hold(directory: str, name: str, role: str = "both") -> None:
+    async with DiskQueue(directory, name, role):
         _say(f"OPEN {os.getpid()}")
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
-async def try_open(directory: str, name: str) -> None:
+async def try_open(directory: str, name: str, role: str = "both") -> None:
     try:
-        q = await DiskQueue.open(directory, name)
+        q = await DiskQueue.open(directory, name, role=role)
     except QueueLocked as exc:
         _say(f"LOCKED {exc.pid}")
         return
@@ -119,6 +144,14 @@ def main(argv: list[str]) -> None:
         asyncio.run(hold(args[0], args[1]))
     elif mode == "try":
         asyncio.run(try_open(args[0], args[1]))
+    elif mode == "rproduce":
+        asyncio.run(rproduce(args[0], args[1], int(args[2]), int(args[3]), int(args[4])))
+    elif mode == "rconsume":
+        asyncio.run(rconsume(args[0], args[1], int(args[2]), int(args[3])))
+    elif mode == "rhold":
+        asyncio.run(hold(args[0], args[1], args[2]))
+    elif mode == "rtry":
+        asyncio.run(try_open(args[0], args[1], args[2]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

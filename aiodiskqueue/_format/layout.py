@@ -52,6 +52,15 @@ class Layout:
         """``NAME.diskqueue.lock``: held with flock while a process has the queue open."""
         return os.path.join(self.directory, f"{self.name}.diskqueue.lock")
 
+    def role_path(self, role: str) -> str:
+        """``NAME.diskqueue.producer`` or ``.consumer``: a role's lock and published state."""
+        return os.path.join(self.directory, f"{self.name}.diskqueue.{role}")
+
+    @property
+    def roles_path(self) -> str:
+        """``NAME.diskqueue.roles``: the meta writers' lock and the meta's sequence numbers."""
+        return os.path.join(self.directory, f"{self.name}.diskqueue.roles")
+
     def segment_path(self, num: int) -> str:
         """``NAME.diskqueue.%06d.dat`` (wider numbers are not truncated)."""
         return os.path.join(self.directory, f"{self.name}.diskqueue.{num:06d}.dat")
@@ -172,9 +181,10 @@ def ack_log_files(directory: str, name: str) -> dict[int, str]:
 
 def queue_files(lay: Layout) -> list[str]:
     """Every existing file of the DiskQueue at ``lay``: segments, ``.bad`` ones, meta,
-    temps, lock, empty-message marker."""
+    temps, lock, empty-message marker, role files."""
     out = [*lay.segments().values(), *lay.bad_files(), *lay.meta_temp_files(),
-           lay.meta_path, lay.lock_path, lay.empty_marker_path]
+           lay.meta_path, lay.lock_path, lay.empty_marker_path, lay.role_path("producer"),
+           lay.role_path("consumer"), lay.roles_path]
     return sorted(p for p in out if os.path.exists(p))
 
 

@@ -12,6 +12,7 @@ import fcntl
 import os
 
 from ..errors import QueueLocked
+from .roles import holder_pid
 
 
 class QueueLock:
@@ -33,7 +34,9 @@ class QueueLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise QueueLocked(self.path, read_lock_pid(self.path)) from None
+            pid = _role_holder(self.path)
+            raise QueueLocked(self.path, pid if pid is not None and pid > 0
+                              else read_lock_pid(self.path)) from None
         except BaseException:
             os.close(fd)
             raise
@@ -53,6 +56,63 @@ class QueueLock:
         return self._fd is not None
 
 
+class RoleLock:
+    """One role of a queue: ``flock(LOCK_SH)`` on ``NAME.diskqueue.lock`` (so that a
+    queue opened whole, by this or an older version, conflicts with every role) and
+    ``flock(LOCK_EX)`` on the role's own file (one holder per role)."""
+
+    __slots__ = ("_fds", "lock_path", "role_path")
+
+    def __init__(self, lock_path: str, role_path: str) -> None:
+        self.lock_path = lock_path
+        self.role_path = role_path
+        self._fds: list[int] = []
+
+    def acquire(self) -> int:
+        """Take the role; return the role file's descriptor (open read-write).
+
+        Raises QueueLocked naming the holder if the queue is open whole, or the role is
+        held by another process or queue object.
+        """
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise QueueLocked(self.lock_path, read_lock_pid(self.lock_path)) from None
+        self._fds.append(fd)
+        try:
+            rfd = os.open(self.role_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except BaseException:
+            self.release()
+            raise
+        try:
+            fcntl.flock(rfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(rfd)
+            self.release()
+            raise QueueLocked(self.role_path, holder_pid(self.role_path)) from None
+        self._fds.append(rfd)
+        return rfd
+
+    def release(self) -> None:
+        """Drop the role; idempotent. The files stay (removing them would race)."""
+        fds, self._fds = self._fds, []
+        for fd in reversed(fds):
+            os.close(fd)
+
+
+def _role_holder(lock_path: str) -> int | None:
+    """The pid of a role holder of the queue whose lock file is ``lock_path`` (-1 if held
+    by a holder that has not written its pid yet), None if no role is held."""
+    stem = lock_path[:-len(".lock")] if lock_path.endswith(".lock") else lock_path
+    for role in ("producer", "consumer"):
+        pid = holder_pid(f"{stem}.{role}")
+        if pid is not None:
+            return pid
+    return None
+
+
 def read_lock_pid(path: str) -> int | None:
     """The pid written by the last holder, or None."""
     try:
@@ -66,6 +126,7 @@ def read_lock_pid(path: str) -> int | None:
 def lock_holder(path: str) -> int | None:
     """Pid of the live process holding the lock at ``path``, or None if it is free.
 
+    A producer or consumer role counts: its holder's pid (the producer's first).
     Probes with a shared non-blocking flock and creates nothing.
     """
     try:
@@ -78,6 +139,6 @@ def lock_holder(path: str) -> int | None:
         except BlockingIOError:
             return read_lock_pid(path) or -1
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        return _role_holder(path)
     finally:
         os.close(fd)

@@ -30,7 +30,7 @@ class SyncDiskQueue(_Facade[_core_queue.DiskQueue]):
     """A blocking, thread-safe :class:`aiodiskqueue.DiskQueue` for threads and sync code.
 
     ``DiskQueue(directory, name, uvloop=False, **options)`` opens the queue (the
-    async queue's options) on an event-loop thread this object owns; close it
+    async queue's options, and its ``role``) on an event-loop thread this object owns; close it
     with ``close()`` or ``with``. ``DiskQueue.attach(q, loop)`` shares an open
     async queue instead. Every method may be called from any thread.
 
@@ -258,6 +258,11 @@ class SyncDiskQueue(_Facade[_core_queue.DiskQueue]):
     def maxsize(self) -> int:
         """Bound on ``qsize()`` for ``put()``; 0 means unbounded."""
         return self._q.maxsize
+
+    @property
+    def role(self) -> str:
+        """``"producer"``, ``"consumer"`` or ``"both"`` (``role=`` of the async queue)."""
+        return self._q.role
 
     def shutdown(self, immediate: bool = False) -> None:
         """As the async ``shutdown()``: refuse puts; ``get()`` drains, then raises QueueClosed."""

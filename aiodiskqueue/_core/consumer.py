@@ -1,0 +1,345 @@
+"""The consumer role: the get side of a queue whose put side another process may hold
+(see :mod:`.roles` for who writes which file when)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from .._format.layout import Layout, file_size, fsync_dir
+from .._format.meta import Meta, load_meta, store_meta
+from .._format.roles import (
+    RoleRecord,
+    Seqs,
+    encode_seqs,
+    live_record,
+    meta_lock,
+    read_record,
+    read_seqs,
+    seqs_for,
+    store_role_meta,
+)
+from .._format.scan import Record, read_span, scan_segment
+from ..errors import CorruptionError, QueueNotFound, RoleError
+from .buffers import Lifecycle, succeed
+from .options import Options
+from .roles import RoleEngine
+
+log = logging.getLogger("aiodiskqueue")
+
+
+class ConsumerEngine(RoleEngine):
+    """The get side of a queue whose put side another object or process may hold."""
+
+    role = "consumer"
+    peer = "producer"
+
+    def __init__(self, layout: Layout, opts: Options) -> None:
+        super().__init__(layout, opts)
+        # The put side's checks pass (sizes, maxsize), so that what a put raises is the
+        # RoleError of accept(); reads check sizes with the options, not these.
+        self.min_size, self.max_size, self.maxsize = 0, 2**62, 0
+        self.seq_r0 = 0  # number of the record at the open position
+        self.seq_w = 0  # number of the producer's next record, as published
+        self._view = (0, 0)  # the producer's published write position
+        self._stale_session = 0  # a producer record from before this open: not trusted
+        self._stored: tuple[int, int] = (0, 0)
+        self._stored_seq = 0
+        self._oldest = 0
+        self._pfd = -1
+        self._fd = -1
+        self._fnum = -1
+        self._sizes: dict[int, int] = {}
+        self._synced_file = -1  # the segment whose directory entry a store made durable
+
+    # Putting messages is the producer's.
+    def check_put(self, n: int) -> None:
+        """Raises RoleError: a consumer has no put side."""
+        raise RoleError(self.role, "put()")
+
+    def accept(self, datas: list[bytes], nbytes: int,
+               waiter: asyncio.Future[None] | None = None) -> None:
+        """Raises RoleError: a consumer has no put side."""
+        raise RoleError(self.role, "put()")
+
+    async def wait_not_full(self) -> None:
+        """Raises RoleError: a consumer has no put side."""
+        raise RoleError(self.role, "put()")
+
+    def _before_lock(self) -> None:
+        lay = self.layout
+        if not (os.path.exists(lay.meta_path) or lay.segments()
+                or os.path.exists(lay.role_path("producer"))):
+            raise QueueNotFound(lay.directory, lay.name)
+
+    def _open(self, mfd: int) -> None:
+        lay = self.layout
+        segs = lay.segments()
+        on_disk = load_meta(lay.meta_path)
+        live = live_record(lay.role_path("producer")) is not None
+        if on_disk is None and not segs and not live:
+            raise QueueNotFound(lay.directory, lay.name)
+        if on_disk is None:
+            start = (min(segs, default=0), 0)
+            on_disk = Meta(0, *start, *start)
+        base = seqs_for(on_disk, read_seqs(mfd))
+        self._pfd = os.open(lay.role_path("producer"), os.O_RDWR | os.O_CREAT, 0o644)
+        rec = read_record(self._pfd)
+        read = on_disk.read
+        self.seq_r0 = base.seq_r
+        self._view, self.seq_w = on_disk.write, base.seq_w
+        if live and rec is not None:
+            self._take_view(rec)
+        else:
+            # No producer: what was written past the meta, whole records only (the next
+            # producer's open cuts a torn tail at the same place).
+            self._stale_session = rec.session if rec is not None else 0
+            self._scan_tail()
+        self.runs.reset(read)
+        self.read_at = read
+        self._stored, self._stored_seq = read, base.seq_r
+        self._depth = self.seq_w - self.seq_r0
+        self.write_at = self._view
+        self._oldest = min(segs, default=read[0])
+        self.bytes_on_disk = sum(file_size(p) for p in segs.values())
+        self._publish(read, base.seq_r)
+        os.pwrite(mfd, encode_seqs(None, base), 0)
+
+    def _scan_tail(self) -> None:
+        wf, wp = self._view
+        n = 0
+        for num in sorted(k for k in self.layout.segments() if k >= wf):
+            start = wp if num == wf else 0
+            s = scan_segment(self.layout.segment_path(num), num, start, None,
+                             self.opts.min_msg_size, self.opts.max_msg_size)
+            if s.records or num == wf:
+                self._view = (num, s.end)
+                n += s.records
+            if s.problem is not None:
+                break
+        self.seq_w += n
+
+    def _take_view(self, rec: RoleRecord) -> bool:
+        if rec.session == self._stale_session or rec.seq < self.seq_w:
+            return False
+        changed = rec.seq != self.seq_w or rec.at != self._view
+        self._view, self.seq_w = rec.at, rec.seq
+        return changed
+
+    def _close_files(self) -> None:
+        for fd in (self._pfd, self._fd):
+            if fd >= 0:
+                os.close(fd)
+        self._pfd = self._fd = -1
+        self._fnum = -1
+
+    # ------------------------------------------------------------------ jobs (I/O thread)
+
+    def _refresh(self) -> bool:
+        """Read the producer's record: True if it moved on."""
+        rec = read_record(self._pfd)
+        return rec is not None and self._take_view(rec)
+
+    def _reader(self, num: int) -> int | None:
+        if self._fnum != num:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd, self._fnum = -1, -1
+            try:
+                self._fd = os.open(self.layout.segment_path(num), os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            self._fnum = num
+        return self._fd
+
+    def _read(self, at: tuple[int, int], budget: int
+              ) -> tuple[list[Record], int, tuple[int, int], CorruptionError | None]:
+        """Whole records from ``at`` up to the producer's published position."""
+        out: list[Record] = []
+        nbytes = 0
+        fnum, pos = at
+        view = self._view
+        o = self.opts
+        while budget > 0 and (fnum, pos) < view:
+            fd = self._reader(fnum)
+            if fnum < view[0]:
+                if fd is None:
+                    log.warning("%s: segment missing; going on with the next one",
+                                self.layout.segment_path(fnum))
+                    fnum, pos = fnum + 1, 0
+                    continue
+                stop = self._sizes.get(fnum) or os.fstat(fd).st_size  # finished: final size
+                self._sizes[fnum] = stop
+                if pos >= stop:
+                    fnum, pos = fnum + 1, 0
+                    continue
+            else:
+                if fd is None:
+                    break  # not created yet
+                stop = view[1]
+            span = read_span(fd, fnum, pos, stop, budget, o.min_msg_size, o.max_msg_size)
+            out.extend(span.records)
+            nbytes += sum(len(r[0]) for r in span.records)
+            budget -= span.end - pos
+            pos = span.end
+            if span.problem is not None:
+                # Inside what the producer published every record is whole: this is damage.
+                err = CorruptionError(self.layout.segment_path(fnum), pos,
+                                      f"{span.problem} record in published data")
+                return out, nbytes, (fnum, pos), err
+        return out, nbytes, (fnum, pos), None
+
+    def _step(self, budget: int
+              ) -> tuple[bool, list[Record], int, tuple[int, int], CorruptionError | None]:
+        """See the producer's record, then read what it published."""
+        moved = self._refresh()
+        if budget <= 0:
+            return moved, [], 0, self.read_at, None
+        return (moved, *self._read(self.read_at, budget))
+
+    def _store(self, read: tuple[int, int], seq_r: int, view: tuple[int, int],
+               seq_w: int) -> tuple[tuple[int, int], int, int]:
+        """Store the read position (on the meta thread), then delete the segments it has
+        moved past; ``(read, seq_r, bytes freed)``."""
+        self._sync_data(view[0])
+        with meta_lock(self.layout.roles_path) as mfd:
+            store_role_meta(self.layout.meta_path, mfd, read, seq_r, view, seq_w)
+            self._publish(read, seq_r)
+            # The meta past them is durable: the segments before the read file go now
+            # (the reader is past them: a file it still has open is only unlinked).
+            freed = 0
+            for n in range(self._oldest, read[0]):
+                path = self.layout.segment_path(n)
+                size = self._sizes.pop(n, None)
+                try:
+                    size = size if size is not None else file_size(path)
+                    os.remove(path)
+                except FileNotFoundError:
+                    continue
+                freed += size
+            self._oldest = max(self._oldest, read[0])
+        return read, seq_r, freed
+
+    def _sync_data(self, fnum: int) -> None:
+        """Make the data up to the producer's published position durable before a meta
+        names it (the producer fsyncs by its own count): fdatasync the write segment
+        (any descriptor of a file flushes it) and, for a new one, the directory. Earlier
+        segments were fsynced by the producer when it rolled."""
+        try:
+            fd = os.open(self.layout.segment_path(fnum), os.O_RDONLY)
+        except FileNotFoundError:
+            return  # not created yet: the position is its start
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if fnum != self._synced_file:
+            fsync_dir(self.layout.directory)
+            self._synced_file = fnum
+
+    def stored(self, res: tuple[tuple[int, int], int, int]) -> None:
+        read, seq_r, freed = res
+        self._stored, self._stored_seq = read, seq_r
+        self.bytes_on_disk -= freed
+
+    # ------------------------------------------------------------------ the loop
+
+    def _dirty(self) -> bool:
+        return self.stored_at() != self._stored
+
+    def _stored_now(self) -> tuple[tuple[int, int], int]:
+        at = self.stored_at()
+        return at, self.seq_r0 + self.gets - self.handing
+
+    async def _loop(self) -> None:
+        io = self.io
+        assert io is not None and self.loop is not None
+        watch = self.watch()
+        idle: asyncio.Future[None] | None = None
+        while True:
+            if self.purge_waiters:
+                await self._purge()
+                idle = None
+                continue
+            if self.state is Lifecycle.CLOSING:
+                return
+            if self.storing is not None and self.storing.done():
+                self.store_done()
+            if self._round_due():
+                # Between hops the view is the loop's to read: the store gets a copy.
+                self.store_beside(self._store, *self._stored_now(), self._view, self.seq_w,
+                                  waiters=self._round_started())
+            want = self.ready_bytes <= self.low_water and self.corruption is None
+            if want or idle is None or idle.done():
+                budget = self.opts.read_buffer_bytes - self.ready_bytes if want else 0
+                seq_w = self.seq_w
+                moved, recs, nbytes, to, err = await io.run(self._step, budget)
+                self._apply(seq_w, recs, nbytes, to, err)
+                if moved or recs:
+                    watch.changed()
+                    if to < self._view:
+                        idle = None
+                        continue  # more is published: read on
+                idle = watch.wait()
+            if self.ready_bytes > self.low_water:
+                self.refill_at = self.low_water
+                if self.read_slot is None or self.read_slot.done():
+                    self.read_slot = self.loop.create_future()
+                await self._wait(self.read_slot)
+            else:
+                assert idle is not None
+                await self._wait(idle)
+
+    def _apply(self, seq_w: int, recs: list[Record], nbytes: int, to: tuple[int, int],
+               err: CorruptionError | None) -> None:
+        if self.seq_w != seq_w:
+            self.depth = self.depth + (self.seq_w - seq_w)
+        self.write_at = self._view
+        if recs:
+            self.add_ready(recs, nbytes)
+        self.read_at = to
+        if err is not None:
+            log.error("%s", err)
+            self.corruption = err
+            self.wake_all_getters()
+        self.wake_waiters()
+
+    async def _final(self) -> None:
+        io = self.io
+        assert io is not None and self.meta_io is not None
+        await self.store_settled()
+        waiters = self._round_started()
+        await io.run(self._refresh)
+        self.stored(await self.meta_io.run(self._store, *self._stored_now(), self._view,
+                                           self.seq_w))
+        succeed(waiters)
+
+    # ------------------------------------------------------------------ purge
+
+    def _purge_files(self, mfd: int) -> Meta:
+        self._refresh()
+        rec = read_record(self._pfd)
+        self._stale_session = rec.session if rec is not None else 0  # its position is gone
+        on_disk = load_meta(self.layout.meta_path)
+        last = seqs_for(on_disk, read_seqs(mfd)) if on_disk is not None else None
+        nxt = max(self._view[0], *self.layout.segments()) + 1
+        new = Seqs(Meta(0, nxt, 0, nxt, 0), self.seq_w, self.seq_w)
+        os.pwrite(mfd, encode_seqs(last, new), 0)  # before the meta: see store_role_meta
+        store_meta(self.layout.meta_path, new.meta)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd, self._fnum = -1, -1
+        for num in sorted(self.layout.segments()):
+            if num < nxt:
+                os.remove(self.layout.segment_path(num))
+        self._sizes.clear()
+        self._view, self._oldest = (nxt, 0), nxt
+        self.bytes_on_disk = 0
+        return new.meta
+
+    def purge_done(self) -> None:
+        # Every message is taken: the number at the read position is the producer's next.
+        self.seq_r0 = self.seq_w - self.gets
+        self._stored, self._stored_seq = self.read_at, self.seq_w
+        self.write_at = self._view

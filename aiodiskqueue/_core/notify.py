@@ -1,0 +1,123 @@
+"""Waiting for a file to change without busy polling.
+
+On Linux an inotify watch (``inotify_init1`` and ``inotify_add_watch`` through ctypes)
+whose descriptor the event loop watches with ``add_reader``: an idle waiter costs
+nothing. Where inotify is missing (not Linux, no libc symbol, out of watches) or gives
+no events (NFS and other network filesystems do not report another host's writes),
+the waiter polls with backoff: 1 ms, doubling up to 100 ms, back to 1 ms after a change.
+With inotify the waiter still looks once a second, in case an event was missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import os
+import sys
+
+log = logging.getLogger("aiodiskqueue")
+
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+_IN_MODIFY = 0x2
+_IN_ATTRIB = 0x4
+_IN_CLOSE_WRITE = 0x8
+POLL_MIN = 0.001
+POLL_MAX = 0.1
+_WATCHED_CHECK = 1.0
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+class FileWatch:
+    """Wakes a waiter when the file at ``path`` is written (or after a poll interval)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, path: str,
+                 use_inotify: bool = True) -> None:
+        self.loop = loop
+        self.path = path
+        self._fd = -1
+        self._waiter: asyncio.Future[None] | None = None
+        self._missed = False  # a change came while no waiter waited: the next wait() ends
+        self._delay = POLL_MIN
+        libc = _libc() if use_inotify else None
+        if libc is not None:
+            fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+            if fd >= 0:
+                wd = libc.inotify_add_watch(fd, os.fsencode(path),
+                                            _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE)
+                if wd >= 0:
+                    self._fd = fd
+                    loop.add_reader(fd, self._readable)
+                else:
+                    os.close(fd)
+            if self._fd < 0:
+                log.info("%s: no inotify watch (errno %d); polling for changes", path,
+                         ctypes.get_errno())
+
+    @property
+    def inotify(self) -> bool:
+        """Whether changes are notified (else polled)."""
+        return self._fd >= 0
+
+    def _readable(self) -> None:
+        try:
+            while os.read(self._fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+        else:
+            self._missed = True
+
+    def changed(self) -> None:
+        """The file was seen to change: the next poll comes soon again."""
+        self._delay = POLL_MIN
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future resolved at the next change (inotify) or poll tick (backoff); at once
+        if a change was notified since the last one ended (the caller may have looked
+        at the file before it)."""
+        w = self.loop.create_future()
+        self._waiter = w
+        if self._missed:
+            self._missed = False
+            w.set_result(None)
+            return w
+        if self._fd >= 0:
+            delay = _WATCHED_CHECK
+        else:
+            delay = self._delay
+            self._delay = min(POLL_MAX, delay * 2)
+        handle = self.loop.call_later(delay, _wake, w)
+        w.add_done_callback(lambda _f: handle.cancel())
+        return w
+
+    def close(self) -> None:
+        """Stop watching; idempotent."""
+        if self._fd >= 0:
+            self.loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
