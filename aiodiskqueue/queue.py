@@ -23,6 +23,7 @@ from ._core.options import (
     check_name,
 )
 from ._core.producer import ProducerEngine
+from ._format.codec import HEADER_SIZE
 from ._format.layout import Layout
 from ._format.roles import check_role
 from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
@@ -137,7 +138,7 @@ class DiskQueue:
         if e.task is None:
             return
         await asyncio.shield(e.task)
-        await asyncio.shield(self._empties.settle_quietly())
+        await asyncio.shield(self._empties.ensure_if_wanted_quietly())
 
     def shutdown(self, immediate: bool = False) -> None:
         """Refuse new puts; ``get()`` drains what is left, then raises QueueClosed.
@@ -182,7 +183,7 @@ class DiskQueue:
             raise QueueFull(f"write buffer is full ({e.pending_bytes} bytes pending)")
         if not n:
             self._empties.start(e.loop)  # type: ignore[arg-type]  # open: it has a loop
-        e.accept([data], n + 4)
+        e.accept([data], n + HEADER_SIZE)
 
     async def put(self, item: bytes | bytearray | memoryview) -> None:
         """Put ``item`` at the end of the queue.
@@ -212,12 +213,12 @@ class DiskQueue:
         if e.state is not QUEUE_OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        if e._direct_left and write_one(e, data, n + 4, fut):
+        if e._direct_left and write_one(e, data, n + HEADER_SIZE, fut):
             if fut.done():  # written and applied (or failed): no need to suspend
                 fut.result()
                 return
         else:
-            e.accept([data], n + 4, fut)
+            e.accept([data], n + HEADER_SIZE, fut)
         await fut
 
     async def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:
@@ -247,7 +248,7 @@ class DiskQueue:
         if e.state is not QUEUE_OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        e.accept(datas, sum(lens) + 4 * len(lens), fut)
+        e.accept(datas, sum(lens) + HEADER_SIZE * len(lens), fut)
         await fut
 
     # ------------------------------------------------------------------ get
@@ -356,7 +357,7 @@ class DiskQueue:
         err = e.take_write_error()
         if err is not None:
             raise err
-        await self._empties.settle()
+        await self._empties.ensure_if_wanted()
 
     async def purge(self) -> None:
         """Drop every message not yet taken (go-diskqueue's ``Empty()``).

@@ -37,10 +37,11 @@ from .flight import MAX_FLIGHTS, Flight, next_done
 from .inline import InlineWrites
 from .iothread import IOThread
 from .options import Options
+from .recovery import OpenState
 from .schedule import Scheduler
-from .store import Job, JobResult, OpenState, SegmentStore
+from .store import Job, JobResult, SegmentStore
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 class Engine(ErrorPaths):
     """The task that moves one open queue's buffers to and from disk."""
@@ -396,7 +397,7 @@ class Engine(ErrorPaths):
                        and (self.sync_may_retry() or (job.payloads and self.sync_every == 1))))
                 and (dirty or self.sync_waiters)):
             job.sync = True
-            job.settle = bool(self.sync_waiters)  # sync() returns with consumed files gone
+            job.wait_removed = bool(self.sync_waiters)  # sync() returns with consumed files gone
             self._sync_batch = self.sync_waiters
             self.sync_waiters = []
             consumer_at = self.stored_at()  # a take's messages in hand stay unconsumed

@@ -16,7 +16,7 @@ from .buffers import Lifecycle, QueueBuffers, describe_error, fail, wake
 from .options import Options
 from .store import Job, JobResult
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 # A failing sync round is retried with a doubling delay, from sync_interval up to this.
 _SYNC_BACKOFF_MAX = 60.0

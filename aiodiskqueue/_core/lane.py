@@ -6,12 +6,9 @@ appends batches as records (``pwritev``, then ``fdatasync`` if asked), reads int
 buffer (``pread``) or stores a meta file, in order, polls briefly for its next job
 before it sleeps, and reports completions through an eventfd the loop watches.
 
-Why a native thread: on a VM whose idle vCPUs halt, every hand-off to a Python thread
-pays two cross-CPU wake-ups (the job, then the GIL it needs), and a consumer taking
-ready messages holds the GIL for up to the switch interval (5 ms) at a time; this
-thread needs neither. The same reason makes the loop poll for a small job
-(:meth:`WriteLane.poll`) rather than be woken by the eventfd. Which job goes here and
-what its result means is :mod:`.schedule`'s to decide.
+Why a native thread, and why the loop polls for a small job (:meth:`WriteLane.poll`)
+rather than be woken by the eventfd: docs/design.md, "Why wake-ups decide the design".
+Which job goes here and what its result means is :mod:`.schedule`'s to decide.
 
 Set ``AIODISKQUEUE_PURE_PYTHON=1`` to write and read through the I/O thread only.
 """
@@ -22,14 +19,10 @@ import asyncio
 import logging
 import mmap
 from collections import deque
-from typing import TYPE_CHECKING
 
 from . import pure_python
 from .flight import LaneResult
 from .iothread import Hop
-
-if TYPE_CHECKING:
-    pass
 
 try:
     from . import _writer
@@ -37,7 +30,7 @@ try:
 except ImportError:  # pragma: no cover - built wherever a C compiler is present
     Writer = None
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 #: A small batch (records, headers included): the loop writes one of at most this many
 #: bytes itself or polls for it (see inline), and the writer thread spins for the next

@@ -17,7 +17,7 @@ import os
 from .._format.layout import Layout, fsync_dir
 from ..errors import DiskQueueError
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 
 def make_marker(layout: Layout) -> None:
@@ -51,7 +51,7 @@ class EmptyMarker:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start making it on ``loop``'s executor (``put_nowait(b"")``): the next
-        :meth:`settle` waits for it."""
+        :meth:`ensure_if_wanted` waits for it."""
         self._wanted = True
         if not self._made and self._fut is None:
             self._fut = loop.run_in_executor(None, make_marker, self._layout)
@@ -80,7 +80,7 @@ class EmptyMarker:
         self._made = True
         self._fut = None
 
-    async def settle(self) -> None:
+    async def ensure_if_wanted(self) -> None:
         """For ``sync()``: make it durable if an empty message was accepted.
 
         Raises DiskQueueError as :meth:`ensure` does.
@@ -88,9 +88,9 @@ class EmptyMarker:
         if self._wanted and not self._made:
             await self.ensure()
 
-    async def settle_quietly(self) -> None:
-        """For ``aclose()``: as :meth:`settle`, but a failure is logged, not raised."""
+    async def ensure_if_wanted_quietly(self) -> None:
+        """For ``aclose()``: as :meth:`ensure_if_wanted`, but a failure is logged, not raised."""
         try:
-            await self.settle()
+            await self.ensure_if_wanted()
         except DiskQueueError as exc:
             log.error("%s", exc)

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000

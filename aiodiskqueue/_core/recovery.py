@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
-from .._format.layout import file_size, free_bad_name, fsync_dir
+from .._format.layout import Layout, file_size, free_bad_name, fsync_dir
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
 from .._format.scan import (
     BAD_LENGTH,
@@ -36,9 +37,8 @@ from .._format.scan import (
     zero_filled_tail,
 )
 from ..errors import CorruptionError
-from .store import OpenState, SegmentStore
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 
 class _Misaligned(Exception):
@@ -50,15 +50,25 @@ class _Misaligned(Exception):
         self.pos = pos
 
 
-class Recovery:
-    """One open-time recovery of ``store``'s queue."""
+@dataclass(slots=True)
+class OpenState:
+    """The state a queue starts from after recovery."""
 
-    def __init__(self, store: SegmentStore) -> None:
-        self.store = store
-        self.layout = store.layout
-        self.strict = store.strict
-        self.min_size = store.min_size
-        self.max_size = store.max_size
+    meta: Meta
+    bad_files: int
+    bytes_on_disk: int
+    recovered: int  # records found past the meta's write position
+
+
+class Recovery:
+    """One open-time recovery of the queue at ``layout``, with its record size limits;
+    ``strict``: raise CorruptionError at damage instead of quarantining it."""
+
+    def __init__(self, layout: Layout, strict: bool, min_size: int, max_size: int) -> None:
+        self.layout = layout
+        self.strict = strict
+        self.min_size = min_size
+        self.max_size = max_size
         self.write_file = 0
         self.write_pos = 0
         self.marked = False  # the empty-message marker exists: zero-length records are messages

@@ -35,7 +35,7 @@ import queue
 import signal
 import threading
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 STEP_BYTES = 8 << 20
 """Bytes freed per committed step: a round's fsync meets at most one step's commit."""
@@ -215,21 +215,21 @@ class SegmentRemover:
                 return
             try:
                 _remove(path, self._in_steps(path))
-            except Exception:  # never leave settle() waiting for a dead thread
+            except Exception:  # never leave wait_idle() waiting for a dead thread
                 log.exception("%s: removing the consumed segment failed", path)
             finally:
                 with self._done:
                     self._queued -= 1
                     self._done.notify_all()
 
-    def settle(self) -> None:
+    def wait_idle(self) -> None:
         """Wait until every queued removal is done."""
         with self._done:
             self._done.wait_for(lambda: not self._queued)
 
     def close(self) -> None:
         """Wait for the queued removals and end the thread."""
-        self.settle()
+        self.wait_idle()
         if self._thread is not None:
             self._paths.put(None)
             self._thread.join()

@@ -26,7 +26,7 @@ from .store import Job, JobResult
 if TYPE_CHECKING:
     from .engine import Engine
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 
 class Scheduler:
@@ -175,7 +175,7 @@ class Scheduler:
         stored meta, waited for it. A native thread needs no GIL.
         """
         e = self._e
-        if (e.lane is None or e.flights or not job.sync or job.meta_read is None or job.settle
+        if (e.lane is None or e.flights or not job.sync or job.meta_read is None or job.wait_removed
                 or job.payloads is not None or job.read_from is not None
                 or job.recount_from is not None or job.reset_writer or e.inline.beside is not None
                 or e.inline.deferred or e.state is not Lifecycle.OPEN):

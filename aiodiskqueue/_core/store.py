@@ -21,6 +21,7 @@ from .._format.space import CANNOT_SWAP
 from ..errors import CorruptionError
 from . import pure_python
 from .position import Stretch
+from .recovery import OpenState, Recovery
 from .remover import SegmentRemover
 
 _swap_file: Swap | None
@@ -29,7 +30,7 @@ try:
 except ImportError:  # pragma: no cover - built wherever a C compiler is present
     _swap_file = None
 
-log = logging.getLogger("aiodiskqueue")
+log = logging.getLogger(__name__)
 
 _pack = HEADER.pack
 _FLUSH_BYTES = 1 << 20  # frame at most this much before each write syscall
@@ -50,7 +51,7 @@ class Job:
     read_from: tuple[int, int] | None = None
     read_budget: int = 0
     reset_writer: bool = False  # first reopen the write segment, cut back to write_pos
-    settle: bool = False  # after the sync, wait until the consumed segments are removed
+    wait_removed: bool = False  # after the sync, wait until the consumed segments are removed
     recount_from: tuple[int, int] | None = None  # count the records on disk from here
 
 
@@ -74,16 +75,6 @@ class JobResult:
     remaining: int | None = None  # records on disk past read_to, recounted after a quarantine
     write_at: tuple[int, int] = (0, 0)
     bytes_on_disk: int = 0
-
-
-@dataclass(slots=True)
-class OpenState:
-    """The state a queue starts from after recovery."""
-
-    meta: Meta
-    bad_files: int
-    bytes_on_disk: int
-    recovered: int  # records found past the meta's write position
 
 
 class SegmentStore:
@@ -123,9 +114,7 @@ class SegmentStore:
     def open(self) -> OpenState:
         """Recover the queue's state from its files (see :mod:`.recovery`) and take
         over its write position."""
-        from .recovery import Recovery
-
-        st = Recovery(self).run()
+        st = Recovery(self.layout, self.strict, self.min_size, self.max_size).run()
         meta = st.meta
         self._swap = None if pure_python() or _swap_file is None else self._swap_noted
         self.swap_ok = False
@@ -198,8 +187,8 @@ class SegmentStore:
                 res.meta = meta
             except OSError as exc:
                 res.sync_error = exc
-            if job.settle:
-                self._remover.settle()
+            if job.wait_removed:
+                self._remover.wait_idle()
         if job.read_from is not None:
             try:
                 self.read(job.read_from, job.read_budget, res)
@@ -540,7 +529,7 @@ class SegmentStore:
         nxt = self.write_file + 1
         meta = Meta(0, nxt, 0, nxt, 0)
         self._unverified = None
-        self._remover.settle()  # so that the listing below is the final one
+        self._remover.wait_idle()  # so that the listing below is the final one
         self._sizes.clear()
         if self._wfd is not None:
             os.close(self._wfd)

@@ -114,17 +114,18 @@ def split_py(
     records: list[Any] = []
     append = records.append
     unpack = _unpack_from
+    h = HEADER_SIZE
     off = 0
-    limit = len(buf) - 4
+    limit = len(buf) - h
     left = max_records
     while off <= limit and left != 0:
         (n,) = unpack(buf, off)
         if n < min_size or n > max_size:
             return records, base + off, n
-        start = off + 4
+        start = off + h
         off = start + n
-        if off > limit + 4:
-            off = start - 4
+        if off > limit + h:
+            off = start - h
             break
         append((buf[start:off], file_num, base + off) if positions else buf[start:off])
         left -= 1
