@@ -46,7 +46,8 @@ case "${1:-}" in
       # The core once more without the native write lane: the Python I/O thread path
       # is what runs where no C compiler was available at install time.
       echo "== core tests, pure-Python write path (AIODISKQUEUE_PURE_PYTHON=1)"
-      AIODISKQUEUE_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_core_*.py tests/test_engine_*.py
+      AIODISKQUEUE_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_core_*.py tests/test_engine_*.py \
+        tests/test_roles.py
       echo "== the whole suite"
       # The slowest tests are listed at the end, so a CI log shows where its time went.
       set -- --durations=20
