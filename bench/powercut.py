@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import harness
 
-WORKLOADS = ("sync1", "default", "ack", "ackdefault", "purge", "repair", "empty")
+WORKLOADS = ("sync1", "default", "ack", "ackdefault", "purge", "repair", "empty", "roles")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -86,7 +86,8 @@ def findings(cuts: list[harness.Cut], tmp_path: Path,
     return found
 
 
-@pytest.mark.parametrize("wl", ["sync1", "default", "ack", "purge", "repair", "empty"])
+@pytest.mark.parametrize("wl", ["sync1", "default", "ack", "purge", "repair", "empty",
+                                "roles"])
 def test_contract_holds_in_every_crash_image(sim: harness.Mount, tmp_path: Path,
                                              wl: str) -> None:
     cuts = run(sim, tmp_path, wl, CUTS, SEED)

@@ -20,7 +20,10 @@ segments), ``default`` (DiskQueue's default sync settings with ``sync()`` calls)
 ``empty`` (``sync1`` whose producer ``EMPTY_PRODUCER`` puts only empty messages, so
 the queue has its empty-message marker: they cannot be told apart, only counted),
 ``repair`` (``python -m aiodiskqueue repair`` on a queue left durable but stale),
-``produce`` (``sync1`` without a consumer: the self-test of a lost synced write) and
+``roles`` (``sync1`` with a producer object and a consumer object, ``role="producer"``
+and ``role="consumer"``, each with its own files and meta stores; the images are opened
+as ``"both"``), ``produce`` (``sync1`` without a consumer: the self-test of a lost synced
+write) and
 ``liar`` (like ``sync1``, but it reports a put before it makes it: the self-test).
 """
 
@@ -31,6 +34,10 @@ import hashlib
 import os
 import random
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiodiskqueue import DiskQueue
 
 QUEUE = "q"
 MAX_ATTEMPTS = 2  # the AckQueue workloads'
@@ -74,50 +81,65 @@ async def diskqueue(kind: str, directory: str, out: Report, rng: random.Random) 
         opts["sync_every"] = 1
     else:
         opts["max_bytes_per_file"] = 8192
+    if kind == "roles":
+        kw: dict[str, object] = dict(opts)
+        pq = DiskQueue(directory, QUEUE, role="producer", **kw)  # type: ignore[arg-type]
+        cq = DiskQueue(directory, QUEUE, role="consumer", **kw)  # type: ignore[arg-type]
+        async with pq, cq:
+            out("READY")
+            await _produce_consume(kind, pq, cq, out, rng)
+        return
     async with DiskQueue(directory, QUEUE, **opts) as q:  # type: ignore[arg-type]
         out("READY")
+        await _produce_consume(kind, q, q, out, rng)
 
-        async def produce(p: int) -> None:
-            for n in range(1 << 30):
-                if kind == "liar":
-                    out("A", p, n)  # acknowledged before it is written: must be caught
-                    await asyncio.sleep(0.01)
-                out("T", p, n)
-                await q.put(b"" if kind == "empty" and p == EMPTY_PRODUCER else payload(p, n))
-                if kind != "liar":
-                    out("A", p, n)
-                if kind == "purge" and rng.random() < 0.05:
-                    out("PB")
-                    await q.purge()
-                    out("PE")
-                if rng.random() < 0.2:
-                    await asyncio.sleep(0.001)
 
-        async def consume() -> None:
-            while True:
-                body = await q.get()
-                key = parse(body)
-                if not body and kind == "empty":
-                    out("E")
-                else:
-                    out("G", *(key if key else ("?", "?")))
-                if rng.random() < 0.3:
-                    await asyncio.sleep(0.003)
+async def _produce_consume(kind: str, q: DiskQueue, cq: DiskQueue, out: Report,
+                           rng: random.Random) -> None:
+    """Producers put into ``q``, a consumer takes from ``cq`` (the same object but for
+    the ``roles`` workload), until the kill."""
 
-        async def syncer() -> None:
-            while True:
-                await asyncio.sleep(rng.uniform(0.005, 0.03))
-                out("SB")
-                await q.sync()
-                out("SE")
+    async def produce(p: int) -> None:
+        for n in range(1 << 30):
+            if kind == "liar":
+                out("A", p, n)  # acknowledged before it is written: must be caught
+                await asyncio.sleep(0.01)
+            out("T", p, n)
+            await q.put(b"" if kind == "empty" and p == EMPTY_PRODUCER else payload(p, n))
+            if kind != "liar":
+                out("A", p, n)
+            if kind == "purge" and rng.random() < 0.05:
+                out("PB")
+                await q.purge()
+                out("PE")
+            if rng.random() < 0.2:
+                await asyncio.sleep(0.001)
 
-        producers = 1 if kind == "purge" else PRODUCERS
-        tasks = [produce(p) for p in range(producers)]
-        if kind != "produce":
-            tasks.append(consume())
-        if kind == "default":
-            tasks.append(syncer())
-        await asyncio.gather(*tasks)
+    async def consume() -> None:
+        while True:
+            body = await cq.get()
+            key = parse(body)
+            if not body and kind == "empty":
+                out("E")
+            else:
+                out("G", *(key if key else ("?", "?")))
+            if rng.random() < 0.3:
+                await asyncio.sleep(0.003)
+
+    async def syncer() -> None:
+        while True:
+            await asyncio.sleep(rng.uniform(0.005, 0.03))
+            out("SB")
+            await q.sync()
+            out("SE")
+
+    producers = 1 if kind == "purge" else PRODUCERS
+    tasks = [produce(p) for p in range(producers)]
+    if kind != "produce":
+        tasks.append(consume())
+    if kind == "default":
+        tasks.append(syncer())
+    await asyncio.gather(*tasks)
 
 
 async def ackqueue(kind: str, directory: str, out: Report, rng: random.Random) -> None:
