@@ -16,12 +16,14 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Literal, cast
 
 import pytest
 
 from aiodiskqueue import (
     AckQueue,
     DiskQueue,
+    Message,
     OptionConflict,
     QueueEmpty,
     QueueLocked,
@@ -35,7 +37,7 @@ from aiodiskqueue.sync import AckQueue as SyncAckQueue
 NAME = "jobs"
 
 
-async def _get(q: AckQueue, timeout: float = 10.0) -> object:
+async def _get(q: AckQueue, timeout: float = 10.0) -> Message:
     return await asyncio.wait_for(q.get(), timeout)
 
 
@@ -61,9 +63,9 @@ async def test_the_consumer_delivers_what_the_producer_puts(
     await p.put(b"one")
     await p.put_many([b"two", b"three"])
     got = [await _get(c) for _ in range(3)]
-    assert [m.body for m in got] == [b"one", b"two", b"three"]  # type: ignore[attr-defined]
+    assert [m.body for m in got] == [b"one", b"two", b"three"]
     for m in got:
-        await m.finish()  # type: ignore[attr-defined]
+        await m.finish()
     st = c.statistics()
     assert (st.finished, st.in_flight, st.delivered) == (3, 0, 3)
     await c.sync()
@@ -76,14 +78,14 @@ async def test_requeue_timeout_and_dead_letters_in_the_consumer(
     p, c, clock = pair
     await p.put(b"flaky")
     m1 = await _get(c)
-    await m1.requeue()  # type: ignore[attr-defined]
+    await m1.requeue()
     m2 = await _get(c)
-    assert (m2.body, m2.attempts, m2.id) == (b"flaky", 2, m1.id)  # type: ignore[attr-defined]
+    assert (m2.body, m2.attempts, m2.id) == (b"flaky", 2, m1.id)
     clock.advance(10.0)  # its msg_timeout: requeued by the consumer's timer
-    assert not m2.in_flight  # type: ignore[attr-defined]
+    assert not m2.in_flight
     m3 = await _get(c)
-    assert m3.attempts == 3  # type: ignore[attr-defined]
-    await m3.requeue()  # type: ignore[attr-defined]  # out of attempts: a dead letter
+    assert m3.attempts == 3
+    await m3.requeue()  # out of attempts: a dead letter
     dead = await asyncio.wait_for(c.dead_letters.get(), 10)
     assert dead == b"flaky"
     st = c.statistics()
@@ -97,22 +99,23 @@ async def test_a_consumer_makes_deferred_puts(
     p, c, clock = pair
     await c.put(b"later", delay=5.0)  # into the consumer's ack log
     await p.put(b"now")
-    assert (await _get(c)).body == b"now"  # type: ignore[attr-defined]
+    assert (await _get(c)).body == b"now"
     assert c.statistics().deferred == 1
     clock.advance(5.0)
-    assert (await _get(c)).body == b"later"  # type: ignore[attr-defined]
+    assert (await _get(c)).body == b"later"
 
 
 @pytest.mark.parametrize("fmt", ["raw", "nsq"])
-async def test_a_put_waits_for_no_commit_with_sync_every_1(tmp_path: Path, fmt: str) -> None:
+async def test_a_put_waits_for_no_commit_with_sync_every_1(
+        tmp_path: Path, fmt: Literal["raw", "nsq"]) -> None:
     # The producer's data queue fsyncs each put itself; the consumer commits on its own.
     p = await AckQueue.open(tmp_path, NAME, role="producer", sync_every=1, format=fmt)
     c = await AckQueue.open(tmp_path, NAME, role="consumer", sync_every=1, format=fmt)
     await p.put(b"durable")
     assert p.statistics().commits == 0  # the put returned once fsynced, without one
     m = await _get(c)
-    assert m.body == b"durable"  # type: ignore[attr-defined]
-    await m.finish()  # type: ignore[attr-defined]  # returns once the log is fsynced
+    assert m.body == b"durable"
+    await m.finish()  # returns once the log is fsynced
     await c.aclose()
     await p.aclose()
 
@@ -132,9 +135,9 @@ async def test_nsq_format_the_producer_writes_nsqd_messages(tmp_path: Path) -> N
             AckQueue(tmp_path, NAME, role="consumer", format="nsq") as c:
         await p.put(b"c")
         m = await _get(c)
-        assert (m.body, m.attempts) == (b"c", 1)  # type: ignore[attr-defined]
-        assert m.timestamp > 0  # type: ignore[attr-defined]
-        await m.finish()  # type: ignore[attr-defined]
+        assert (m.body, m.attempts) == (b"c", 1)
+        assert m.timestamp > 0
+        await m.finish()
 
 
 # ---------------------------------------------------------------------- each side's API
@@ -209,7 +212,7 @@ async def test_a_consumer_purges_only_while_the_producer_role_is_free(tmp_path: 
     await p.put_many([b"a", b"b"])
     with pytest.raises(RoleError, match=rf"process {os.getpid()} holds the producer role"):
         await c.purge()
-    assert (await _get(c)).body == b"a"  # type: ignore[attr-defined]  # nothing dropped
+    assert (await _get(c)).body == b"a"  # nothing dropped
     await p.aclose()
     await c.purge()
     with pytest.raises(QueueEmpty):
@@ -232,6 +235,52 @@ async def test_a_consumer_sync_asked_during_a_read_is_not_lost(tmp_path: Path) -
         assert loop.time() - t0 < 2.5  # lost wake-ups: 1 s each
 
 
+async def test_a_consumer_data_queue_held_closes_without_storing_its_position(
+        tmp_path: Path) -> None:
+    # What the AckQueue does when its final commit failed: the read position on disk
+    # stays where the last commit put it, so the messages taken since come again.
+    async with DiskQueue(tmp_path, NAME, role="producer") as p:
+        await p.put_many([b"0", b"1", b"2"])
+        c = await DiskQueue.open(tmp_path, NAME, role="consumer")
+        await c.sync()
+        assert [await c.get(), await c.get()] == [b"0", b"1"]
+        c._hold_meta()
+        await c.aclose()
+        async with DiskQueue(tmp_path, NAME, role="consumer") as c:
+            assert await asyncio.wait_for(c.get(), 10) == b"0"
+        async with DiskQueue(tmp_path, NAME, role="consumer") as c:
+            assert await asyncio.wait_for(c.get(), 10) == b"1"  # stored on close as usual
+        with pytest.raises(RoleError, match="role='producer'"):
+            p._hold_meta()
+
+
+async def test_an_ack_consumer_whose_final_commit_fails_loses_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue.ack import pump as pump_mod
+
+    async with AckQueue(tmp_path, NAME, role="producer") as p:
+        await p.put_many([b"0", b"1", b"2"])
+        c = await AckQueue.open(tmp_path, NAME, role="consumer")
+        m0, m1 = await _get(c), await _get(c)
+        await m0.finish()
+        real = pump_mod.Pump.commit_now
+
+        async def failing(self: pump_mod.Pump, resume: bool = True) -> None:
+            raise OSError(5, "injected")
+
+        monkeypatch.setattr(pump_mod.Pump, "commit_now", failing)
+        await c.aclose()  # logged: the final commit failed; the data queue holds its meta
+        monkeypatch.setattr(pump_mod.Pump, "commit_now", real)
+        async with AckQueue(tmp_path, NAME, role="consumer") as c:
+            await p.put(b"end")
+            got = []
+            while (m := await _get(c)).body != b"end":
+                got.append(m.body)
+                await m.finish()
+        assert b"1" in got and b"2" in got and got.count(b"1") == 1
+        assert m1.body == b"1"
+
+
 # ---------------------------------------------------------------------- restarts
 
 
@@ -241,15 +290,15 @@ async def test_a_consumer_reopened_gets_only_what_was_not_finished(tmp_path: Pat
     await p.put_many([b"%d" % i for i in range(10)])
     taken = [await _get(c) for _ in range(6)]
     for m in taken[:4]:
-        await m.finish()  # type: ignore[attr-defined]
+        await m.finish()
     await c.aclose()  # 4 and 5 stay in flight: delivered again
     await p.put_many([b"10", b"11"])  # the producer goes on meanwhile
     c = await AckQueue.open(tmp_path, NAME, role="consumer")
     got = []
     for _ in range(8):
         m = await _get(c)
-        got.append(m.body)  # type: ignore[attr-defined]
-        await m.finish()  # type: ignore[attr-defined]
+        got.append(m.body)
+        await m.finish()
     assert sorted(got, key=int) == [b"%d" % i for i in range(4, 12)]
     with pytest.raises(QueueEmpty):
         c.get_nowait()
@@ -313,8 +362,8 @@ async def _kill(proc: asyncio.subprocess.Process) -> list[str]:
 
 
 @pytest.mark.parametrize("fmt", ["raw", "nsq"])
-async def test_killed_consumer_and_producer_processes_lose_nothing(tmp_path: Path,
-                                                                  fmt: str) -> None:
+async def test_killed_consumer_and_producer_processes_lose_nothing(
+        tmp_path: Path, fmt: Literal["raw", "nsq"]) -> None:
     """A producer process puts; a consumer process finishes most and keeps some in flight;
     each is SIGKILLed mid-run. The next consumer gets every message whose put() returned
     and was not finished, nothing finished before the consumer's last commit again."""
@@ -336,8 +385,8 @@ async def test_killed_consumer_and_producer_processes_lose_nothing(tmp_path: Pat
             await p.put(b"end")  # a new producer: the torn tail is cut, the consumer goes on
         while True:
             m = await _get(c, 30)
-            body = m.body.decode()  # type: ignore[attr-defined]
-            await m.finish()  # type: ignore[attr-defined]
+            body = m.body.decode()
+            await m.finish()
             if body == "end":
                 break
             got.add(body)
@@ -349,8 +398,8 @@ async def test_killed_consumer_and_producer_processes_lose_nothing(tmp_path: Pat
     assert got <= {str(i) for i in range(n)}
 
 
-async def _produce(directory: str, n: int, fmt: str) -> None:
-    async with AckQueue(directory, NAME, role="producer", format=fmt,  # type: ignore[arg-type]
+async def _produce(directory: str, n: int, fmt: Literal["raw", "nsq"]) -> None:
+    async with AckQueue(directory, NAME, role="producer", format=fmt,
                         sync_every=1) as p:
         print("READY", flush=True)
         for i in range(n):
@@ -360,8 +409,8 @@ async def _produce(directory: str, n: int, fmt: str) -> None:
                 await asyncio.sleep(0.005)  # the consumer catches up now and then
 
 
-async def _consume(directory: str, fmt: str) -> None:
-    async with AckQueue(directory, NAME, role="consumer", format=fmt,  # type: ignore[arg-type]
+async def _consume(directory: str, fmt: Literal["raw", "nsq"]) -> None:
+    async with AckQueue(directory, NAME, role="consumer", format=fmt,
                         msg_timeout=600.0, sync_interval=0.05) as c:
         print("READY", flush=True)
         kept = []
@@ -378,7 +427,7 @@ async def _consume(directory: str, fmt: str) -> None:
 if __name__ == "__main__":
     mode, directory, *rest = sys.argv[1:]
     if mode == "produce":
-        asyncio.run(_produce(directory, int(rest[0]), rest[1]))
+        asyncio.run(_produce(directory, int(rest[0]), cast(Literal["raw", "nsq"], rest[1])))
     else:
-        asyncio.run(_consume(directory, rest[0]))
+        asyncio.run(_consume(directory, cast(Literal["raw", "nsq"], rest[0])))
     raise SystemExit(0)
