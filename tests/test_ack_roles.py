@@ -361,12 +361,15 @@ async def _kill(proc: asyncio.subprocess.Process) -> list[str]:
     return rest.decode().split("\n")
 
 
-@pytest.mark.parametrize("fmt", ["raw", "nsq"])
+@pytest.mark.parametrize(("fmt", "kill_producer"), [("raw", True), ("nsq", True),
+                                                    ("raw", False)],
+                         ids=["raw-both-killed", "nsq-both-killed", "raw-producer-lives"])
 async def test_killed_consumer_and_producer_processes_lose_nothing(
-        tmp_path: Path, fmt: Literal["raw", "nsq"]) -> None:
+        tmp_path: Path, fmt: Literal["raw", "nsq"], kill_producer: bool) -> None:
     """A producer process puts; a consumer process finishes most and keeps some in flight;
-    each is SIGKILLed mid-run. The next consumer gets every message whose put() returned
-    and was not finished, nothing finished before the consumer's last commit again."""
+    it is SIGKILLed mid-run, and so is the producer (or the next consumer opens beside the
+    producer still putting). The next consumer gets every message whose put() returned and
+    that was not finished, and the ones in flight at the kill again."""
     n = 3000
     producer = await _spawn(tmp_path, "produce", str(tmp_path), str(n), fmt)
     p_lines = await _lines_until(producer, 200, "P")
@@ -374,24 +377,30 @@ async def test_killed_consumer_and_producer_processes_lose_nothing(
     c_lines = await _lines_until(consumer, 100, "F")
     c_lines += await _kill(consumer)  # mid-run: some in flight, some lingering
     p_lines += await _lines_until(producer, 200, "P")
-    p_lines += await _kill(producer)  # perhaps mid-write: a torn tail, cut by the next open
-    acknowledged = {ln.split()[1] for ln in p_lines if ln.startswith("P ")}
-    finished = {ln.split()[1] for ln in c_lines if ln.startswith("F ")}
-    kept = {ln.split()[1] for ln in c_lines if ln.startswith("T ")}
-    assert kept and finished
-    got: set[str] = set()
-    async with AckQueue(tmp_path, NAME, role="consumer", format=fmt) as c:
+    c = await AckQueue.open(tmp_path, NAME, role="consumer", format=fmt)
+    try:
+        if kill_producer:
+            p_lines += await _kill(producer)  # perhaps mid-write: the next open cuts the tail
+        else:
+            assert producer.stdout is not None
+            p_lines += (await asyncio.wait_for(producer.stdout.read(), 120)).decode().split("\n")
+            assert await producer.wait() == 0
+            assert f"P {n - 1}" in p_lines
+        acknowledged = {ln.split()[1] for ln in p_lines if ln.startswith("P ")}
+        finished = {ln.split()[1] for ln in c_lines if ln.startswith("F ")}
+        kept = {ln.split()[1] for ln in c_lines if ln.startswith("T ")}
+        assert kept and finished
         async with AckQueue(tmp_path, NAME, role="producer", format=fmt) as p:
-            await p.put(b"end")  # a new producer: the torn tail is cut, the consumer goes on
-        while True:
-            m = await _get(c, 30)
-            body = m.body.decode()
+            await p.put(b"end")  # after every other put
+        got: set[str] = set()
+        while (body := (m := await _get(c, 30)).body.decode()) != "end":
             await m.finish()
-            if body == "end":
-                break
             got.add(body)
+        await m.finish()
         with pytest.raises(QueueEmpty):
             c.get_nowait()
+    finally:
+        await c.aclose()
     lost = acknowledged - got - finished
     assert not lost, sorted(lost, key=int)[:10]
     assert kept <= got  # in flight at the kill: delivered again
