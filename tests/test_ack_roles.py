@@ -169,6 +169,10 @@ async def test_a_producer_has_no_get_side(tmp_path: Path) -> None:
         assert p.qsize() == 0  # nothing of the refused calls was put
         await p.put(b"ok")
         assert p.qsize() == 1
+        st = p.statistics()
+        assert (st.depth, st.in_flight, st.deferred, st.commits, st.log_bytes) == (1, 0, 0, 0, 0)
+        assert st.queue.puts == 1
+        assert "in_flight=0" in repr(p)
     # No ack log and no dead-letter queue: those are the consumer's files.
     assert not [n for n in os.listdir(tmp_path) if ".ack." in n or "dead" in n]
 
@@ -361,6 +365,7 @@ async def _kill(proc: asyncio.subprocess.Process) -> list[str]:
     return rest.decode().split("\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "kill_producer"), [("raw", True), ("nsq", True),
                                                     ("raw", False)],
                          ids=["raw-both-killed", "nsq-both-killed", "raw-producer-lives"])
