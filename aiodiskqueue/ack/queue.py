@@ -253,6 +253,8 @@ class AckQueue:
         QueueClosed if the queue is not open, DiskQueueError (chained to the
         OSError) if a write fails: a deferred message is then kept in memory and
         written by the next successful hop, so it may still be delivered.
+        RoleError for a delay on a producer (the ack log is the consumer's) and for
+        no delay on a consumer (ready messages are the producer's).
         """
         data = as_bytes(body)
         d = self._check_delay(delay)
@@ -346,7 +348,7 @@ class AckQueue:
         queue unchanged.
 
         Raises QueueClosed when the queue is closed, ValueError for a bad
-        ``msg_timeout``.
+        ``msg_timeout``, RoleError on a producer.
         """
         timeout = self._check_timeout(msg_timeout)
         while True:
