@@ -383,10 +383,14 @@ class DiskQueue:
 
     @classmethod
     def _with_options(cls, directory: str | os.PathLike[str], name: str,
-                      opts: Options) -> DiskQueue:
-        """A queue made with options already checked (derived from the AckQueue's own)."""
+                      opts: Options, role: str = "both") -> DiskQueue:
+        """A queue made with options already checked (derived from the AckQueue's own),
+        opened whole or as ``role``.
+
+        Raises ValueError for an unknown role.
+        """
         q = cls.__new__(cls)
-        q._setup(directory, name, opts)
+        q._setup(directory, name, opts, role)
         return q
 
     def _n_ready(self) -> int:
@@ -411,7 +415,9 @@ class DiskQueue:
         """Close without storing a meta file: the one on disk stays as it is.
 
         For a layer that keeps its own record of what was taken and could not store it
-        (a meta past those records would lose them on the next open).
+        (a meta past those records would lose them on the next open). A consumer role
+        holds its meta the same way; a producer raises RoleError (it stores no read
+        position).
         """
         self._e.hold_meta()
 

@@ -73,9 +73,9 @@ def test_the_data_and_dead_letter_queues_derive_their_options(
     made: dict[str, Options] = {}
     real = DiskQueue._with_options
 
-    def spy(directory: Any, name: str, opts: Options) -> DiskQueue:
+    def spy(directory: Any, name: str, opts: Options, role: str = "both") -> DiskQueue:
         made[str(directory)] = opts
-        return real(directory, name, opts)
+        return real(directory, name, opts, role)
 
     monkeypatch.setattr(DiskQueue, "_with_options", spy)
     AckQueue(tmp_path, "q", format="nsq", max_attempts=3, max_bytes_per_file=4096,

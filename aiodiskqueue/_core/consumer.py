@@ -52,6 +52,7 @@ class ConsumerEngine(RoleEngine):
         self._fnum = -1
         self._sizes: dict[int, int] = {}
         self._synced_file = -1  # the segment whose directory entry a store made durable
+        self._meta_held = False  # hold_meta(): close stores no meta
 
     # Putting messages is the producer's.
     def check_put(self, n: int) -> None:
@@ -309,11 +310,22 @@ class ConsumerEngine(RoleEngine):
         io = self.io
         assert io is not None and self.meta_io is not None
         await self.store_settled()
+        if self._meta_held:
+            return  # sync() calls still waiting fail as closed
         waiters = self._round_started()
         await io.run(self._refresh)
         self.stored(await self.meta_io.run(self._store, *self._stored_now(), self._view,
                                            self.seq_w))
         succeed(waiters)
+
+    def hold_meta(self) -> None:
+        """Close without storing a meta file: the one on disk stays as it is.
+
+        For an AckQueue's data queue whose commit failed: a read position stored past
+        what its ack log holds would lose those messages. The next open reads on from
+        the stored position, and the segments it names are kept.
+        """
+        self._meta_held = True
 
     # ------------------------------------------------------------------ purge
 

@@ -242,13 +242,17 @@ class RoleEngine(QueueBuffers):
         waits: list[asyncio.Future[Any]] = list(extra)
         if self.storing is not None:
             waits.append(self.storing)
+        woken = False
         for name in ("put_req", "sync_req", "purge_req", "exit_req"):
             fut = getattr(self, name)
             if fut.done():
+                # Woken while the loop was busy (a hop): the request is served by the
+                # next round, not lost in a wait on a new future.
+                woken = True
                 fut = loop.create_future()
                 setattr(self, name, fut)
             waits.append(fut)
-        if self.state is Lifecycle.CLOSING:
+        if woken or self.state is Lifecycle.CLOSING:
             return
         if self._dirty():
             timer = loop.create_future()
@@ -339,8 +343,8 @@ class RoleEngine(QueueBuffers):
         """After a purge: the role's own numbers follow (on the event loop)."""
 
     def hold_meta(self) -> None:
-        """Not for a role (an AckQueue opens its data queue whole).
+        """Not for a producer: it stores no read position (the consumer overrides this).
 
         Raises RoleError.
         """
-        raise RoleError(self.role, "an AckQueue's data queue")
+        raise RoleError(self.role, "hold_meta() (closing without a read position stored)")

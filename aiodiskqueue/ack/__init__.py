@@ -62,6 +62,13 @@ log's space is reclaimed by deleting and compacting whole segments (see
 :mod:`.journal`). In memory: messages in flight, the deadline heap, and an
 index of deferred entries (their bodies stay on disk until due).
 
+Roles: with ``role="consumer"`` the data queue is opened as a DiskQueue consumer and
+everything above (the log, commits, deferred entries, dead letters) is the consumer's;
+the consumer role's meta stores happen only in commits, as the whole queue's do. With
+``role="producer"`` there is no log and no pump: puts of ready messages go to the data
+queue opened as a DiskQueue producer, which syncs by ``sync_every`` and
+``sync_interval`` itself; a producer's depth counts from the consumer's last commit.
+
 Deadlines: one timer (``Clock.call_at``) armed for the earliest of the in-flight
 deadline heap and the deferred heap; items are invalidated lazily and a heap is
 rebuilt when more than half of it is stale. ``attempts`` follow nsqd: a record

@@ -15,7 +15,8 @@ from typing import Any, Literal, final
 from .._core.options import DEFAULTS, check_max_items
 from .._format import nsq
 from .._format.layout import dead_letter_layout
-from ..errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
+from .._format.roles import check_role
+from ..errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, RoleError
 from ..queue import DiskQueue
 from .clock import Clock, LoopClock
 from .codec import IdGenerator
@@ -57,13 +58,23 @@ class AckQueue:
     the data queue (``sync_every`` and ``sync_interval`` set when commits happen;
     the dead-letter queue uses them as they are).
 
-    Raises TypeError or ValueError for a bad option.
+    ``role``: ``"both"`` (the default) is the whole queue in one object. A producer
+    process and a consumer process may hold it at once (see
+    :class:`~aiodiskqueue.DiskQueue`'s roles): ``"consumer"`` has the get side and
+    everything of a delivery (in flight, finish, requeue, touch, timeouts, the ack log,
+    the dead-letter queue, deferred puts, which go to the ack log); ``"producer"`` puts
+    messages without a delay into the data queue, syncing as ``sync_every`` and
+    ``sync_interval`` say, as a DiskQueue producer does. The other side's calls raise
+    RoleError naming the role.
+
+    Raises TypeError or ValueError for a bad option or role.
     """
 
     def __init__(
         self,
         directory: str | os.PathLike[str],
         name: str,
+        role: str = "both",
         *,
         msg_timeout: float = ACK_DEFAULTS.msg_timeout,
         max_msg_timeout: float = ACK_DEFAULTS.max_msg_timeout,
@@ -92,6 +103,7 @@ class AckQueue:
         self._name = name
         self._directory = os.fspath(directory)
         o = AckOptions.from_keywords("AckQueue", options)
+        self._role = check_role(role)
         self._msg_timeout = o.msg_timeout
         self._max_msg_timeout = o.max_msg_timeout
         self._nsq = o.nsq
@@ -100,11 +112,13 @@ class AckQueue:
         self._min_size = o.min_size
         self._max_size = o.core.max_msg_size
         # The data queue stores its position only in commits; the dead-letter queue syncs
-        # as configured, unbounded.
-        self._data = DiskQueue._with_options(directory, name, o.data_options(
-            sync_every=_NO_SYNC_EVERY, sync_interval=_NO_SYNC_INTERVAL))
+        # as configured, unbounded. A producer has no commits (no ack log): its data queue
+        # syncs as configured too.
+        self._data = DiskQueue._with_options(
+            directory, name, o.data_options() if role == "producer" else o.data_options(
+                sync_every=_NO_SYNC_EVERY, sync_interval=_NO_SYNC_INTERVAL), role)
         self._dead_q: DiskQueue | None = None
-        if o.max_attempts:
+        if o.max_attempts and role != "producer":
             dead = dead_letter_layout(self._directory, name)
             self._dead_q = DiskQueue._with_options(dead.directory, dead.name,
                                                    o.data_options(maxsize=0))
@@ -127,6 +141,10 @@ class AckQueue:
         self._take_ready = d.take_ready
         self._check_delay = d.check_delay
         self._check_open = d.check_open
+        if role == "producer":
+            # The get side is the consumer's: every delivery path starts with one of these.
+            self._try_take = _refuse_take
+            self._take_ready = _refuse_take_many
 
     # ------------------------------------------------------------------ life cycle
 
@@ -135,8 +153,10 @@ class AckQueue:
                    **options: Any) -> AckQueue:
         """Open (creating if needed) the queue ``name`` in ``directory``.
 
-        Raises QueueLocked if it is open elsewhere, DiskQueueError on I/O errors,
-        TypeError or ValueError for a bad option.
+        Raises QueueLocked if it is open elsewhere (with a ``role``: if that role is
+        held, or the whole queue), QueueNotFound for a consumer of a queue that does not
+        exist, OptionConflict if an option contradicts the other role's, DiskQueueError
+        on I/O errors, TypeError or ValueError for a bad option.
         """
         q = cls(directory, name, **options)
         await q._start()
@@ -158,6 +178,14 @@ class AckQueue:
         self._loop = loop
         self._clock: Clock = self._clock_arg or LoopClock(loop)
         d, pump = self._dispatcher, self._pump
+        if self._role == "producer":
+            try:
+                await self._data.__aenter__()
+            except BaseException:
+                d.closed()
+                raise
+            d.open()
+            return
         try:
             journal, fetch_seq = await pump.open(d, loop)
             d.start(loop, self._clock, journal, fetch_seq)
@@ -180,6 +208,13 @@ class AckQueue:
         """
         d = self._dispatcher
         task = self._pump.task
+        if self._role == "producer" and d.state is not QueueState.NEW:
+            d.closing()
+            try:
+                await asyncio.shield(self._data.aclose())
+            finally:
+                d.closed()
+            return
         if task is None:
             if d.state is QueueState.NEW:
                 d.closed()
@@ -218,14 +253,20 @@ class AckQueue:
         QueueClosed if the queue is not open, DiskQueueError (chained to the
         OSError) if a write fails: a deferred message is then kept in memory and
         written by the next successful hop, so it may still be delivered.
+        RoleError for a delay on a producer (the ack log is the consumer's) and for
+        no delay on a consumer (ready messages are the producer's).
         """
         data = as_bytes(body)
         d = self._check_delay(delay)
+        if self._role != "both":
+            self._check_role_put(d)
         self._check_open()
         if d == 0.0:
             payload = nsq.encode(self._clock.time_ns(), 0, self._ids.next(), data) \
                 if self._nsq else data
             await self._data.put(payload)
+            if self._role == "producer":
+                return  # its data queue syncs by itself: no commit to count towards
         else:
             self._check_size(data)
             await self._dispatcher.put_deferred([data], d)
@@ -245,6 +286,8 @@ class AckQueue:
         """
         datas = [as_bytes(b) for b in bodies]
         d = self._check_delay(delay)
+        if self._role != "both":
+            self._check_role_put(d)
         self._check_open()
         for data in datas:
             self._check_size(data)
@@ -255,12 +298,25 @@ class AckQueue:
                 now = self._clock.time_ns()
                 datas = [nsq.encode(now, 0, self._ids.next(), b) for b in datas]
             await self._data.put_many(datas)
+            if self._role == "producer":
+                return
         else:
             await self._dispatcher.put_deferred(datas, d)
         for _ in datas:
             self._pump.count_op()
         if self._sync_every == 1:
             await (self._pump.wait_commit() if d == 0.0 else self._pump.wait_log_sync())
+
+    def _check_role_put(self, delay: float) -> None:
+        """Raise RoleError unless this role makes a put with ``delay``: the producer
+        puts ready messages, the consumer (the ack log's owner) deferred ones."""
+        if self._role == "producer" and delay > 0.0:
+            raise RoleError(self._role, "put() with a delay (a deferred message goes to "
+                                        "the ack log, which the consumer role holds)")
+        if self._role == "consumer" and delay == 0.0:
+            raise RoleError(self._role, "put() without a delay (ready messages are put "
+                                        "by the producer role; a consumer puts deferred "
+                                        "ones)")
 
     def _check_size(self, data: bytes) -> None:
         size = len(data) + (nsq.HEADER_SIZE if self._nsq else 0)
@@ -292,7 +348,7 @@ class AckQueue:
         queue unchanged.
 
         Raises QueueClosed when the queue is closed, ValueError for a bad
-        ``msg_timeout``.
+        ``msg_timeout``, RoleError on a producer.
         """
         timeout = self._check_timeout(msg_timeout)
         while True:
@@ -362,8 +418,14 @@ class AckQueue:
     async def sync(self) -> None:
         """Commit now: write and fsync the log, then sync the data queue.
 
+        A producer has no log: it syncs its data queue (``DiskQueue.sync()``).
+
         Raises QueueClosed if the queue is not open, DiskQueueError if it fails.
         """
+        if self._role == "producer":
+            self._check_open()
+            await self._data.sync()
+            return
         await self._pump.wait_commit()
 
     async def purge(self) -> None:
@@ -374,8 +436,15 @@ class AckQueue:
         Puts that returned before the call are dropped, later ones are kept.
         The data queue's files are deleted (its ``purge()``).
 
-        Raises QueueClosed if the queue is not open, DiskQueueError if a write fails.
+        A consumer purges only while no other process holds the producer role.
+
+        Raises RoleError on a producer (the ack log is the consumer's), or on a consumer
+        while another process holds the producer role; QueueClosed if the queue is not
+        open, DiskQueueError if a write fails.
         """
+        if self._role == "producer":
+            raise RoleError(self._role, "purge() (the ack log and the messages due again "
+                                        "are the consumer's)")
         self._check_open()
         await self._pump.wait_purge()
 
@@ -400,12 +469,21 @@ class AckQueue:
         """The dead-letter queue (``NAME`` in ``NAME.dead-letters/``), open while this
         queue is open.
 
-        Raises DiskQueueError if ``max_attempts`` is 0 (there is none).
+        Raises RoleError on a producer (the dead letters are the consumer's),
+        DiskQueueError if ``max_attempts`` is 0 (there is none).
         """
+        if self._role == "producer":
+            raise RoleError(self._role, "dead_letters (the dead-letter queue is the "
+                                        "consumer's)")
         if self._dead_q is None:
             raise DiskQueueError(f"ack queue {self._name!r} has no dead-letter queue "
                                  "(max_attempts is 0)")
         return self._dead_q
+
+    @property
+    def role(self) -> str:
+        """``"producer"``, ``"consumer"`` or ``"both"``."""
+        return self._role
 
     @property
     def name(self) -> str:
@@ -442,3 +520,19 @@ class AckQueue:
             log_segments=len(j.segs) if j is not None else 0,
             queue=self._data.statistics(),
         )
+
+
+def _refuse_take(timeout: float) -> Message | None:
+    """A producer's ``get()``, ``get_nowait()`` and ``async for``.
+
+    Raises RoleError.
+    """
+    raise RoleError("producer", "get()")
+
+
+def _refuse_take_many(limit: int, timeout: float) -> list[Message]:
+    """A producer's ``get_many_nowait()``.
+
+    Raises RoleError.
+    """
+    raise RoleError("producer", "get_many()")

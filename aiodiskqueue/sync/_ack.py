@@ -84,7 +84,8 @@ class SyncAckQueue(_Facade[_ack_queue.AckQueue]):
     """A blocking, thread-safe :class:`aiodiskqueue.AckQueue` for threads and sync code.
 
     Opened and attached as :class:`DiskQueue`; ``get()`` returns a sync
-    :class:`Message` to ``finish()`` or ``requeue()`` from any thread.
+    :class:`Message` to ``finish()`` or ``requeue()`` from any thread. ``role=``
+    (``"producer"``, ``"consumer"`` or ``"both"``) is passed on as to the async queue.
 
     Raises as :meth:`aiodiskqueue.AckQueue.open` does.
     """
@@ -114,6 +115,11 @@ class SyncAckQueue(_Facade[_ack_queue.AckQueue]):
     def queue(self) -> _ack_queue.AckQueue:
         """The async queue behind this facade (use it only on :attr:`loop`)."""
         return self._q
+
+    @property
+    def role(self) -> str:
+        """``"producer"``, ``"consumer"`` or ``"both"`` (``role=`` of the async queue)."""
+        return self._q.role
 
     def put(self, body: bytes | bytearray | memoryview, *, delay: float = 0.0) -> None:
         """As the async ``put()``: publish ``body`` (after ``delay`` seconds); returns once written.
