@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import shutil
 import signal
@@ -103,51 +104,54 @@ async def check_after_crash(data_dir: str, last_acked: int) -> None:
 
 
 # Step 4: one queue, a producer process and a consumer process at once.
-ROLES_QUEUE = "orders"
-ROLES_OPTIONS = "max_bytes_per_file=64 * 1024"  # small segments: rolls and deletions happen
+ROLES_QUEUE = "orders"  # in ROLE_CHILD too, with small segments: rolls and deletions happen
 ROLE_CHILD = r"""
 import asyncio, signal, sys
 from aiodiskqueue import DiskQueue
+
+def say(*words):
+    sys.stdout.write(" ".join(map(str, words)) + "\n")  # one write: a kill cuts no line
+    sys.stdout.flush()
 
 async def produce(d, run, start):
     # SIGTERM stops it cleanly: the put under way returns, is printed, the queue closes.
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with DiskQueue(d, "orders", "producer", %(opts)s) as q:
-        print("ready", flush=True)
+    async with DiskQueue(d, "orders", "producer", max_bytes_per_file=64 * 1024) as q:
+        say("ready")
         i = start
         while not stop.is_set():
-            await q.put(b"%%d:%%d" %% (i, run))  # the number and the producer's run
-            print("put", i, run, flush=True)  # acknowledged: put() returned
+            await q.put(b"%d:%d" % (i, run))  # the number and the producer's run
+            say("put", i, run)  # acknowledged: put() returned
             i += 1
             await asyncio.sleep(0)  # lets the SIGTERM handler run
-    print("closed", flush=True)
+    say("closed")
 
 async def consume(d, every):
     # The meta is stored only by the explicit sync() below (and on close).
     task = asyncio.current_task()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     async with DiskQueue(d, "orders", "consumer", sync_every=10**9, sync_interval=3600.0,
-                         %(opts)s) as q:
-        print("ready", flush=True)
+                         max_bytes_per_file=64 * 1024) as q:
+        say("ready")
         taken = 0
         try:
             while True:
                 i, run = (await q.get()).split(b":")
-                print("took", int(i), int(run), flush=True)
+                say("took", int(i), int(run))
                 taken += 1
-                if taken %% every == 0:
+                if taken % every == 0:
                     await q.sync()  # the read position is durable now
-                    print("durable", int(i), int(run), flush=True)
+                    say("durable", int(i), int(run))
         except asyncio.CancelledError:  # SIGTERM: a cancelled get() takes nothing
             pass
-    print("closed", flush=True)
+    say("closed")
 
 if sys.argv[1] == "produce":
     asyncio.run(produce(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
 else:
     asyncio.run(consume(sys.argv[2], int(sys.argv[3])))
-""" % {"opts": ROLES_OPTIONS}
+"""
 
 Msg = tuple[int, int]  # (run of the producer that put it, its number): the order of puts
 
@@ -178,6 +182,8 @@ class RoleProcess:
     async def _read(self) -> None:
         assert self.proc.stdout is not None
         async for raw in self.proc.stdout:
+            if not raw.endswith(b"\n"):
+                break  # the torn last line of a killed child
             kind, *rest = raw.decode().split()
             msg = (int(rest[1]), int(rest[0])) if rest else (0, 0)
             if kind == "put":
@@ -283,13 +289,13 @@ def check_two_processes(p1: RoleProcess, p2: RoleProcess, c1: RoleProcess, c2: R
         fail(f"{len(missing)} acknowledged puts never delivered, first {fmt(min(missing))}")
     print(f"checked: all {len(acked)} acknowledged puts were delivered")
     for c in (c1, c2):
-        if any(a >= b for a, b in zip(c.took, c.took[1:])):
+        if any(a >= b for a, b in itertools.pairwise(c.took)):
             fail(f"{c.what} got messages out of put order")
     # Across the restart: each message's first delivery comes in put order too (the
     # restarted consumer goes back only to messages the killed one had taken).
     took1 = set(c1.took)
     firsts = c1.took + [m for m in c2.took if m not in took1]
-    if any(a >= b for a, b in zip(firsts, firsts[1:])):
+    if any(a >= b for a, b in itertools.pairwise(firsts)):
         fail("first deliveries out of put order across the consumer restart")
     print("checked: in put order, in each consumer run and across the restart")
     again = [m for m in c2.took if m in took1]
@@ -332,7 +338,7 @@ def main() -> None:
     print(f"producer killed; last acknowledged message: {last}")
     print("== 2-3. reopen, check, consume half, restart, drain")
     asyncio.run(check_after_crash(qdir, last))
-    print(f"== 4. one queue, two processes: a producer and a consumer at once, each killed once")
+    print("== 4. one queue, two processes: a producer and a consumer at once, each killed once")
     print(asyncio.run(two_processes(qdir, args.role_messages, args.sync_takes)))
     if args.no_spark:
         return
