@@ -25,7 +25,7 @@ def _demo_module() -> ModuleType:
     return mod
 
 
-@pytest.mark.slow  # 2-10 s here (more on a loaded machine): seven processes, four kills
+@pytest.mark.slow  # 2-10 s here (more on a loaded machine): five child processes, three SIGKILLs
 def test_demo_runs_and_its_checks_hold(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(DEMO), "--data-dir", str(tmp_path), "--no-spark",
