@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the project's virtual environment (.venv) and runs the demo or the tests.
-#   bash dev.sh demo [args]   - the main job: crash/restart demo, then the Spark pipeline
+#   bash dev.sh demo [args]   - the main job: crash/restart demo, a producer and a consumer
+#                               process each killed once, then the Spark pipeline
 #   bash dev.sh test [args]   - the whole test suite (args go to pytest; without args
 #                               the core tests run first on the pure-Python write path)
 #   bash dev.sh docs          - the documentation into site/ (mkdocs, warnings are errors)
