@@ -248,6 +248,16 @@ def live_record(path: str) -> RoleRecord | None:
     return rec
 
 
+def published_record(path: str) -> RoleRecord | None:
+    """The record of the role file at ``path`` if it says live and its process runs,
+    else None. Takes no lock at all (unlike :func:`live_record`, whose probe could make
+    a role being opened at that moment fail): for tools that read beside live roles."""
+    rec = read_record_at(path)
+    if rec is None or not rec.live or not _pid_alive(rec.pid):
+        return None
+    return rec
+
+
 @contextmanager
 def meta_lock(path: str) -> Iterator[int]:
     """Hold the meta writers' lock (``NAME.diskqueue.roles``); yields its descriptor,
