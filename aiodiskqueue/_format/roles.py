@@ -249,11 +249,15 @@ def live_record(path: str) -> RoleRecord | None:
 
 
 def published_record(path: str) -> RoleRecord | None:
-    """The record of the role file at ``path`` if it says live and its process runs,
-    else None. Takes no lock at all (unlike :func:`live_record`, whose probe could make
-    a role being opened at that moment fail): for tools that read beside live roles."""
+    """:func:`live_record` for tools that read beside live roles: the record first, and
+    the flock probe only when the record says live and its process runs. A held role
+    fails the probe (nobody else can take it then); a free role whose record says dead
+    is never probed, so a role being opened is not made to fail in that case. (A role
+    closed by a process that still runs leaves ``live`` set: the probe tells, briefly.)"""
     rec = read_record_at(path)
     if rec is None or not rec.live or not _pid_alive(rec.pid):
+        return None
+    if holder_pid(path) is None:
         return None
     return rec
 
