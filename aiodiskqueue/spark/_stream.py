@@ -79,7 +79,8 @@ from pyspark.sql.streaming.datasource import (
 
 from .._format.layout import Layout
 from .._format.lock import lock_holder
-from ._consume import QueueBusy, release, remove_drained, wait_unheld
+from .._format.roles import published_record
+from ._consume import QueueBusy, consume_blocker, release, remove_drained, wait_unheld
 from ._errors import PathNotFound
 from ._files import Lost, Pos, QueueView, spans_between, view_queue
 from ._listing import Lister, Listing, QueueFiles, check_directory, list_queues
@@ -130,7 +131,8 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         holder the cached view saw is gone)."""
         hit = self._cache.get(queue)
         if hit is not None and (hit[0] is files or hit[0].key == files.key) and (
-                hit[1].holder is None or lock_holder(hit[1].layout.lock_path) is not None):
+                hit[1].holder is None or lock_holder(hit[1].layout.lock_path) is not None) and (
+                hit[1].published is None or _published(hit[1].layout) == hit[1].published):
             return hit[1]
         view = view_queue(self._layout(queue), self.options.min_msg_size,
                           self.options.max_msg_size, files=files)
@@ -210,19 +212,21 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         Raises QueueBusy if a single-name queue stays held.
         """
-        holder = lock_holder(view.layout.lock_path)
-        if holder is None:
+        blocker = consume_blocker(view.layout)
+        if blocker is None:
             self._held.discard(queue)
             return view
         if is_glob(self.options.name):
             if queue not in self._held:
                 self._held.add(queue)
                 log.warning("%s; skipping it until it is closed",
-                            QueueBusy(view.layout, holder, "consume"))
+                            QueueBusy(view.layout, blocker[0], "consume", blocker[1]))
             return None
         holder = wait_unheld(view.layout, self.options.lock_wait)
         if holder is not None:
-            raise QueueBusy(view.layout, holder, "consume")
+            blocker = consume_blocker(view.layout)
+            raise QueueBusy(view.layout, holder, "consume",
+                            None if blocker is None else blocker[1])
         self._cache.pop(queue, None)
         return view_queue(view.layout, self.options.min_msg_size, self.options.max_msg_size)
 
@@ -393,3 +397,9 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 if not is_glob(self.options.name):
                     raise
                 log.info("%s; releasing it once it is closed", exc)
+
+
+def _published(layout: Layout) -> Pos | None:
+    """A live producer's published position in the queue, None if no producer is live."""
+    rec = published_record(layout.role_path("producer"))
+    return None if rec is None else rec.at
