@@ -7,7 +7,8 @@ usable as streaming offsets.
 Reading never changes a file. Only :func:`~._consume.release` (consume mode)
 and :func:`~._staging.link` (the sink's driver-side commit) change a queue, and
 both do it under the queue's lock, the same lock a
-:class:`~aiodiskqueue.DiskQueue` holds while it is open.
+:class:`~aiodiskqueue.DiskQueue` holds while it is open (a release beside a live
+producer: under the consumer role's lock and the meta writers' lock instead).
 """
 
 from __future__ import annotations

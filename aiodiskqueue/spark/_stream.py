@@ -36,18 +36,23 @@ that many seconds.
 
 Queues open in a live DiskQueue
 -------------------------------
-Releasing a queue means rewriting its meta file and deleting segments, which
-only the holder of the queue's lock may do, and a DiskQueue holds that lock for
-as long as it is open. So in consume mode a queue whose lock is held is not
-read in that micro-batch and takes no share of the trigger's read limit: with
-a glob ``name`` it is skipped (logged once until it is free again) and picked
-up once its owner closes it, which lets producers write to new queue names
-(``events-0001``, ...) and close them while one query drains ``events-*``.
-With a single queue ``name`` the stream waits up to ``lockWait`` seconds for
-the lock wherever it needs it, then fails with
-:class:`~aiodiskqueue.spark._consume.QueueBusy` naming the holder's pid.
-Without ``consume`` an open queue is read up to the write position in its meta
-file, which its owner stores only after an fsync.
+A queue whose producer is live in another process (a DiskQueue opened with
+``role="producer"``) is read up to the producer's published position (what its
+``put()`` calls have returned for; a record it is still writing is not read), and
+in consume mode the stream releases it as the queue's consumer: for each release
+it takes the consumer role (waiting up to ``lockWait`` for it), stores the meta's
+read half under the meta writers' lock and deletes the segments wholly before the
+new read position, never the producer's.
+
+What blocks consuming is a holder of the consumer role (a DiskQueue with
+``role="consumer"``, or another consuming stream) or of the whole queue (a
+DiskQueue opened with the default ``role="both"``). Such a queue is not read in
+that micro-batch and takes no share of the trigger's read limit: with a glob
+``name`` it is skipped (logged once until it is free again); with a single queue
+``name`` the stream waits up to ``lockWait`` seconds, then fails with
+:class:`~aiodiskqueue.spark._consume.QueueBusy` naming the holder's pid and the
+lock it holds. Without ``consume`` a queue opened whole is read up to the write
+position in its meta file, which its owner stores only after an fsync.
 
 Data loss
 ---------
