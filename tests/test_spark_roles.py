@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,82 @@ async def test_consume_is_refused_beside_a_queue_opened_whole(tmp_path: Path) ->
         await q.put(b"x")
         lay = Layout(str(tmp_path), "q")
         assert consume_blocker(lay) == (os.getpid(), lay.lock_path)
+
+
+# ------------------------------------------------------------------ through Spark
+
+_PRODUCER = """
+import asyncio, sys
+from aiodiskqueue import DiskQueue
+
+async def main():
+    n = int(sys.argv[2])
+    async with DiskQueue(sys.argv[1], "events", "producer", max_bytes_per_file=2048) as p:
+        for i in range(n):
+            await p.put(b"e%05d" % i)
+            if i == n // 2:
+                print("HALF", flush=True)
+                sys.stdin.readline()  # go on once the stream has consumed once
+            if i % 100 == 99:
+                await asyncio.sleep(0.05)
+        print("DONE", flush=True)
+        sys.stdin.read()  # the role stays held until the test is done
+
+asyncio.run(main())
+"""
+
+
+def test_stream_consumes_exactly_once_while_a_producer_process_puts(
+        spark: Any, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+    from helpers_spark import payloads, read_df
+    from test_spark import consume_to_parquet, sink_payloads
+
+    qdir, out = tmp_path / "q", tmp_path / "out"
+    qdir.mkdir()
+    n = 3000
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", _PRODUCER, str(qdir), str(n)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        lay = Layout(str(qdir), "events")
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "HALF\n"
+        # A batch read beside the live producer: every record it published, whole.
+        seen = payloads(read_df(spark, qdir, "events"))
+        assert seen == [b"e%05d" % i for i in range(n // 2 + 1)]
+        consume_to_parquet(spark, qdir, out, "events",
+                           maxRecordsPerTrigger="700", lockWait="5")
+        assert len(sink_payloads(spark, out)) == n // 2 + 1
+        meta = load_meta(lay.meta_path)
+        assert meta is not None and meta.read[0] > 0
+        assert min(lay.segments()) == meta.read[0]  # consumed segments deleted
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        while True:
+            done = proc.poll() is not None or _ready(proc)
+            consume_to_parquet(spark, qdir, out, "events",
+                               maxRecordsPerTrigger="700", lockWait="5")
+            if done:
+                break
+        got = sink_payloads(spark, out)
+        assert len(got) == n and sorted(got) == [b"e%05d" % i for i in range(n)]
+        meta = load_meta(lay.meta_path)
+        assert meta is not None and meta.read == meta.write and meta.depth == 0
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+
+
+def _ready(proc: object) -> bool:
+    """Whether the producer child said DONE (it has put everything and published it)."""
+    import select
+    import subprocess
+
+    assert isinstance(proc, subprocess.Popen) and proc.stdout is not None
+    r, _, _ = select.select([proc.stdout], [], [], 0)
+    return bool(r) and proc.stdout.readline() == "DONE\n"
