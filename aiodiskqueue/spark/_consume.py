@@ -201,13 +201,8 @@ def _release_beside_producer(layout: Layout, end: Pos, min_size: int, max_size: 
                     write, seq_w = end, seq_r
                 else:
                     write, seq_w = prod.at, prod.seq
-                path = layout.segment_path(write[0])
-                if os.path.exists(path):
-                    sfd = os.open(path, os.O_RDONLY)
-                    try:
-                        os.fdatasync(sfd)
-                    finally:
-                        os.close(sfd)
+                for num in range(on_disk.write[0], write[0] + 1):
+                    _fdatasync(layout.segment_path(num))
                 fsync_dir(layout.directory)
             store_role_meta(layout.meta_path, fd, end, seq_r, write, seq_w)
         # Deleting only after the meta that moved past a file is durable; the producer's
@@ -218,6 +213,17 @@ def _release_beside_producer(layout: Layout, end: Pos, min_size: int, max_size: 
         return True
     finally:
         role.release()
+
+
+def _fdatasync(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 def wait_unheld(layout: Layout, wait: float) -> int | None:
