@@ -30,9 +30,9 @@ class QueueBusy(QueueLocked):
         holder = f"process {pid}" if pid else "another process"
         path = layout.lock_path if path is None else path
         if path == layout.lock_path:
-            why = ("a live DiskQueue opened whole (role 'both'), or a Spark commit that did "
-                   "not finish in time); close the queue there, or open it there with "
-                   "role='producer' so that Spark can consume it")
+            why = ("a live DiskQueue, or a Spark commit that did not finish in time); close "
+                   "the queue there, or open it there with role='producer': a stream "
+                   "consumes beside a live producer")
         else:
             why = ("the consumer role: a live DiskQueue with role='consumer', or another "
                    "consuming stream); a queue has one consumer at a time")
