@@ -26,6 +26,7 @@ from typing import IO, Any
 from .. import __version__
 from .._format import nsq
 from .._format.layout import Layout, queue_names
+from .._format.lock import lock_holder
 from .._format.meta import load_meta
 from ..errors import QueueLocked, QueueNotFound
 from .follow import (
@@ -294,7 +295,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_repair(args: argparse.Namespace) -> int:
     """Make a damaged queue consistent again, keeping every readable record."""
     lay = _layout(args)
-    pid = holder(lay)
+    pid = lock_holder(lay.lock_path)  # every holder, a role being opened too
     if pid is not None:
         raise CliError(f"refusing to repair {lay.name!r}: it is open in process {pid}")
     if args.dry_run:

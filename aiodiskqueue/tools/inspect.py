@@ -25,13 +25,14 @@ Problem kinds reported by :func:`analyze` (``severity`` in brackets):
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .._format.layout import Layout
-from .._format.lock import lock_holder
+from .._format.lock import read_lock_pid
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
 from .._format.roles import RoleRecord, published_record
 from .._format.scan import BAD_LENGTH, TORN, ZEROS, Span, iter_spans, realign, tail_summary
@@ -301,6 +302,24 @@ def roles_state(layout: Layout) -> RolesState:
                       published_record(layout.role_path("consumer")))
 
 
+def whole_holder(lock_path: str) -> int | None:
+    """Pid of a process holding the queue whole (``role="both"``) at ``lock_path``, -1 if
+    its pid is unknown, None if none does. A shared probe: roles hold it shared too."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return read_lock_pid(lock_path) or -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def queue_exists(layout: Layout) -> bool:
     """Whether the queue has a meta file, a segment or a quarantined segment."""
     return (os.path.exists(layout.meta_path) or bool(layout.segments())
@@ -308,8 +327,18 @@ def queue_exists(layout: Layout) -> bool:
 
 
 def holder(layout: Layout) -> int | None:
-    """Pid of the live process that has the queue open, or None (creates nothing)."""
-    return lock_holder(layout.lock_path)
+    """Pid of the live process that has the queue open (a role's holder: the producer's
+    first), or None; creates nothing.
+
+    Probes no role file whose record says the role is free (see
+    :func:`~aiodiskqueue._format.roles.published_record`), so a role being opened
+    meanwhile is not made to fail.
+    """
+    roles = roles_state(layout)
+    for rec in (roles.producer, roles.consumer):
+        if rec is not None:
+            return rec.pid
+    return whole_holder(layout.lock_path)
 
 
 def total_bytes(layout: Layout) -> int:
