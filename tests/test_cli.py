@@ -138,7 +138,7 @@ def test_ls_text_table(gofx: Path, tmp_path: Path) -> None:
     assert res.returncode == 0
     header, row = res.stdout.splitlines()
     assert header.split()[:4] == ["NAME", "DEPTH", "SEGMENTS", "BYTES"]
-    assert row.split() == ["partial", "850", "34", "33466", "5,741", "38,531", "0", "-"]
+    assert row.split() == ["partial", "850", "34", "33466", "5,741", "38,531", "0", "-", "-"]
 
 
 async def test_ls_live_queue_shows_holder_and_real_depth(tmp_path: Path) -> None:

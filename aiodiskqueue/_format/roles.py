@@ -248,6 +248,20 @@ def live_record(path: str) -> RoleRecord | None:
     return rec
 
 
+def published_record(path: str) -> RoleRecord | None:
+    """:func:`live_record` for tools that read beside live roles: the record first, and
+    the flock probe only when the record says live and its process runs. A held role
+    fails the probe (nobody else can take it then); a free role whose record says dead
+    is never probed, so a role being opened is not made to fail in that case. (A role
+    closed by a process that still runs leaves ``live`` set: the probe tells, briefly.)"""
+    rec = read_record_at(path)
+    if rec is None or not rec.live or not _pid_alive(rec.pid):
+        return None
+    if holder_pid(path) is None:
+        return None
+    return rec
+
+
 @contextmanager
 def meta_lock(path: str) -> Iterator[int]:
     """Hold the meta writers' lock (``NAME.diskqueue.roles``); yields its descriptor,

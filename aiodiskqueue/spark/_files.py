@@ -7,7 +7,8 @@ usable as streaming offsets.
 Reading never changes a file. Only :func:`~._consume.release` (consume mode)
 and :func:`~._staging.link` (the sink's driver-side commit) change a queue, and
 both do it under the queue's lock, the same lock a
-:class:`~aiodiskqueue.DiskQueue` holds while it is open.
+:class:`~aiodiskqueue.DiskQueue` holds while it is open (a release beside a live
+producer: under the consumer role's lock and the meta writers' lock instead).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from .._format.layout import Layout
 from .._format.lock import lock_holder
 from .._format.meta import Meta, load_meta
+from .._format.roles import published_record
 from .._format.scan import BAD_LENGTH, ZEROS, Record, iter_spans, scan_segment, tail_summary
 from ..errors import DiskQueueError
 from ._errors import corrupt_length, repair_advice, report_torn
@@ -71,6 +73,7 @@ class QueueView:
     torn: tuple[int, int, int] | None = None  # (num, whole-record end, size) of a torn last file
     sizes: dict[int, int] = field(default_factory=dict)
     missing: tuple[int, ...] = ()
+    published: Pos | None = None  # a live producer's published position, if one is live
 
     @property
     def drained(self) -> bool:
@@ -107,6 +110,7 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
             f"'{repair_advice(layout.directory, layout.name)}'"
         ) from None
     holder = None if owned else lock_holder(layout.lock_path)
+    producer = None if owned else published_record(layout.role_path("producer"))
     if meta is not None:
         read = meta.read
         wf, wp = meta.write
@@ -122,6 +126,23 @@ def view_queue(layout: Layout, min_size: int, max_size: int, *, owned: bool = Fa
         if sizes[num] > start:
             spans.append(FileSpan(num, start, sizes[num]))
     end: Pos = (wf, wp)
+    if producer is not None and producer.at >= end:
+        # A live producer: everything before its published position is whole, whatever
+        # the meta says (it stores its meta only now and then); nothing past it is read.
+        pf, pp = producer.at
+        for num in range(wf, pf + 1):
+            size = _size(layout.segment_path(num))
+            start = rp if num == rf else 0
+            stop = pp if num == pf else size
+            if size < 0:
+                if (pp if num == pf else 1) > start and num not in missing:
+                    missing += (num,)
+                continue
+            sizes[num] = size
+            if stop > start:
+                spans.append(FileSpan(num, start, stop))
+        return QueueView(layout, meta, read, producer.at, spans, producer.pid or holder,
+                         sizes=sizes, missing=missing, published=producer.at)
     if holder is not None:
         start = rp if wf == rf else 0
         if wf in segs and wp > start:

@@ -36,18 +36,23 @@ that many seconds.
 
 Queues open in a live DiskQueue
 -------------------------------
-Releasing a queue means rewriting its meta file and deleting segments, which
-only the holder of the queue's lock may do, and a DiskQueue holds that lock for
-as long as it is open. So in consume mode a queue whose lock is held is not
-read in that micro-batch and takes no share of the trigger's read limit: with
-a glob ``name`` it is skipped (logged once until it is free again) and picked
-up once its owner closes it, which lets producers write to new queue names
-(``events-0001``, ...) and close them while one query drains ``events-*``.
-With a single queue ``name`` the stream waits up to ``lockWait`` seconds for
-the lock wherever it needs it, then fails with
-:class:`~aiodiskqueue.spark._consume.QueueBusy` naming the holder's pid.
-Without ``consume`` an open queue is read up to the write position in its meta
-file, which its owner stores only after an fsync.
+A queue whose producer is live in another process (a DiskQueue opened with
+``role="producer"``) is read up to the producer's published position (what its
+``put()`` calls have returned for; a record it is still writing is not read), and
+in consume mode the stream releases it as the queue's consumer: for each release
+it takes the consumer role (waiting up to ``lockWait`` for it), stores the meta's
+read half under the meta writers' lock and deletes the segments wholly before the
+new read position, never the producer's.
+
+What blocks consuming is a holder of the consumer role (a DiskQueue with
+``role="consumer"``, or another consuming stream) or of the whole queue (a
+DiskQueue opened with the default ``role="both"``). Such a queue is not read in
+that micro-batch and takes no share of the trigger's read limit: with a glob
+``name`` it is skipped (logged once until it is free again); with a single queue
+``name`` the stream waits up to ``lockWait`` seconds, then fails with
+:class:`~aiodiskqueue.spark._consume.QueueBusy` naming the holder's pid and the
+lock it holds. Without ``consume`` a queue opened whole is read up to the write
+position in its meta file, which its owner stores only after an fsync.
 
 Data loss
 ---------
@@ -79,7 +84,8 @@ from pyspark.sql.streaming.datasource import (
 
 from .._format.layout import Layout
 from .._format.lock import lock_holder
-from ._consume import QueueBusy, release, remove_drained, wait_unheld
+from .._format.roles import published_record
+from ._consume import QueueBusy, consume_blocker, release, remove_drained, wait_unheld
 from ._errors import PathNotFound
 from ._files import Lost, Pos, QueueView, spans_between, view_queue
 from ._listing import Lister, Listing, QueueFiles, check_directory, list_queues
@@ -130,7 +136,8 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         holder the cached view saw is gone)."""
         hit = self._cache.get(queue)
         if hit is not None and (hit[0] is files or hit[0].key == files.key) and (
-                hit[1].holder is None or lock_holder(hit[1].layout.lock_path) is not None):
+                hit[1].holder is None or lock_holder(hit[1].layout.lock_path) is not None) and (
+                hit[1].published is None or _published(hit[1].layout) == hit[1].published):
             return hit[1]
         view = view_queue(self._layout(queue), self.options.min_msg_size,
                           self.options.max_msg_size, files=files)
@@ -210,19 +217,21 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         Raises QueueBusy if a single-name queue stays held.
         """
-        holder = lock_holder(view.layout.lock_path)
-        if holder is None:
+        blocker = consume_blocker(view.layout)
+        if blocker is None:
             self._held.discard(queue)
             return view
         if is_glob(self.options.name):
             if queue not in self._held:
                 self._held.add(queue)
                 log.warning("%s; skipping it until it is closed",
-                            QueueBusy(view.layout, holder, "consume"))
+                            QueueBusy(view.layout, blocker[0], "consume", blocker[1]))
             return None
         holder = wait_unheld(view.layout, self.options.lock_wait)
         if holder is not None:
-            raise QueueBusy(view.layout, holder, "consume")
+            blocker = consume_blocker(view.layout)
+            raise QueueBusy(view.layout, holder, "consume",
+                            None if blocker is None else blocker[1])
         self._cache.pop(queue, None)
         return view_queue(view.layout, self.options.min_msg_size, self.options.max_msg_size)
 
@@ -393,3 +402,9 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 if not is_glob(self.options.name):
                     raise
                 log.info("%s; releasing it once it is closed", exc)
+
+
+def _published(layout: Layout) -> Pos | None:
+    """A live producer's published position in the queue, None if no producer is live."""
+    rec = published_record(layout.role_path("producer"))
+    return None if rec is None else rec.at

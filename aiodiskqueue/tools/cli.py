@@ -26,6 +26,7 @@ from typing import IO, Any
 from .. import __version__
 from .._format import nsq
 from .._format.layout import Layout, queue_names
+from .._format.lock import lock_holder
 from .._format.meta import load_meta
 from ..errors import QueueLocked, QueueNotFound
 from .follow import (
@@ -39,9 +40,12 @@ from .follow import (
 from .inspect import (
     Problem,
     QueueReport,
+    RolesState,
     analyze,
+    analyze_live,
     holder,
     queue_exists,
+    roles_state,
     total_bytes,
     unindexed_tail,
 )
@@ -111,9 +115,16 @@ def _layout(args: argparse.Namespace) -> Layout:
     return lay
 
 
-def _analyze(args: argparse.Namespace, lay: Layout) -> QueueReport:
+def _analyze(args: argparse.Namespace, lay: Layout) -> tuple[QueueReport, RolesState]:
     with _progress(total_bytes(lay), not args.no_progress, f"scanning {lay.name}") as cb:
-        return analyze(lay, args.min_msg_size, args.max_msg_size, cb)
+        return analyze_live(lay, args.min_msg_size, args.max_msg_size, cb)
+
+
+def _roles_cell(roles: dict[str, Any]) -> str:
+    p, c = roles["producer"], roles["consumer"]
+    if p is None and c is None:
+        return "-"
+    return f"{'-' if p is None else p['pid']}/{'-' if c is None else c['pid']}"
 
 
 def _pos(p: tuple[int, int]) -> str:
@@ -133,13 +144,15 @@ def _ls_entry(lay: Layout) -> dict[str, Any]:
         meta = load_meta(lay.meta_path)
     except ValueError:
         meta = None
+    roles = roles_state(lay)
     if meta is not None:
-        # The meta as of the last sync, plus what a running writer added since.
-        tail, write = unindexed_tail(lay, meta)
+        # The meta as of the last sync, plus what a running writer added since (a live
+        # producer: what it has published).
+        tail, write = unindexed_tail(lay, meta, limit=roles.limit)
         depth, read, meta_state = meta.depth + tail, meta.read, "ok"
     else:
         # No usable meta: count what a reader would find (as the queue does on open).
-        rep = analyze(lay)
+        rep = analyze(lay, limit=roles.limit)
         depth, read, write, meta_state = rep.depth, rep.read, rep.write, rep.meta_state
     bad = lay.bad_files()
     return {
@@ -156,6 +169,7 @@ def _ls_entry(lay: Layout) -> dict[str, Any]:
         "locked_by_pid": holder(lay),
         "meta": meta_state,
         "empty_messages": os.path.exists(lay.empty_marker_path),
+        "roles": roles.to_dict(),
     }
 
 
@@ -173,7 +187,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not entries:
         _out(f"no queues in {directory}")
         return EXIT_OK
-    rows = [["NAME", "DEPTH", "SEGMENTS", "BYTES", "READ", "WRITE", "BAD", "LOCKED BY"]]
+    rows = [["NAME", "DEPTH", "SEGMENTS", "BYTES", "READ", "WRITE", "BAD", "LOCKED BY",
+             "PRODUCER/CONSUMER"]]
     for e in entries:
         rows.append([
             e["name"] + ("" if e["meta"] == "ok" else f" (meta {e['meta']})"),
@@ -181,6 +196,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{e['read_file_num']},{e['read_pos']}", f"{e['write_file_num']},{e['write_pos']}",
             str(e["bad_files"]),
             "-" if e["locked_by_pid"] is None else str(e["locked_by_pid"]),
+            _roles_cell(e["roles"]),
         ])
     _table(rows, right=frozenset({1, 2, 3, 6}))
     return EXIT_OK
@@ -197,10 +213,10 @@ def _print_problems(problems: Sequence[Problem]) -> None:
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Show the meta file, every segment, and what is read and unread."""
     lay = _layout(args)
-    rep = _analyze(args, lay)
+    rep, roles = _analyze(args, lay)
     bad = [quarantine_summary(b, args.min_msg_size, args.max_msg_size) for b in rep.bad_files]
     if args.json:
-        _json_doc({**rep.to_dict(), "quarantined": bad})
+        _json_doc({**rep.to_dict(), "quarantined": bad, "roles": roles.to_dict()})
         return EXIT_OK
     _out(f"queue     {rep.name} in {rep.directory}")
     m = rep.meta
@@ -213,6 +229,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
              f"write {_pos(m.write)}")
     _out("lock      " + ("not open" if rep.locked_by_pid is None
                          else f"open in process {rep.locked_by_pid}"))
+    _out(f"roles     {roles.describe()}")
     _out(f"segments  {len(rep.segments)} file(s), {rep.bytes_on_disk} bytes")
     if rep.segments:
         rows = [["  FILE", "SIZE", "RECORDS", "RANGE", "CONSUMED", "UNREAD", "ROLE", "PROBLEM"]]
@@ -245,14 +262,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Scan every record; exit 0 when sound, 1 listing each problem."""
     lay = _layout(args)
-    rep = _analyze(args, lay)
+    rep, roles = _analyze(args, lay)
     code = EXIT_OK if rep.sound else EXIT_PROBLEMS
     if args.json:
         _json_doc({"name": rep.name, "directory": rep.directory, "sound": rep.sound,
                    "depth": rep.depth, "segments": len(rep.segments),
                    "problems": [p.to_dict() for p in rep.problems],
                    "quarantined": [os.path.basename(b) for b in rep.bad_files],
-                   "locked_by_pid": rep.locked_by_pid, "notes": list(rep.notes)})
+                   "locked_by_pid": rep.locked_by_pid, "notes": list(rep.notes),
+                   "roles": roles.to_dict()})
         return code
     if rep.sound:
         _out(f"{rep.name}: sound ({rep.depth} unread message(s) in "
@@ -262,7 +280,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         _print_problems(rep.problems)
     for b in rep.bad_files:
         _out(f"  quarantined {os.path.basename(b)} (not a problem: set aside earlier)")
-    if rep.locked_by_pid is not None:
+    if roles.live:
+        limit = "" if roles.limit is None else f"; read up to {_pos(roles.limit)}, published"
+        _out(f"  note: roles held: {roles.describe()}{limit}")
+    elif rep.locked_by_pid is not None:
         _out(f"  note: open in process {rep.locked_by_pid}; a stale meta is normal while "
              "it runs")
     return code
@@ -274,11 +295,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_repair(args: argparse.Namespace) -> int:
     """Make a damaged queue consistent again, keeping every readable record."""
     lay = _layout(args)
-    pid = holder(lay)
+    pid = lock_holder(lay.lock_path)  # every holder, a role being opened too
     if pid is not None:
         raise CliError(f"refusing to repair {lay.name!r}: it is open in process {pid}")
     if args.dry_run:
-        plan = plan_repair(_analyze(args, lay))
+        plan = plan_repair(_analyze(args, lay)[0])
         if args.json:
             _json_doc({"name": lay.name, "dry_run": True, "needed": plan.needed,
                        "problems": [p.to_dict() for p in plan.report.problems],
@@ -436,13 +457,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
              "READ / WRITE")
     while True:
         s = watcher.sample(time.monotonic())
+        roles = roles_state(lay)
         wall = time.time()
         if args.json:
-            _json_line({"name": lay.name, "timestamp": wall, **s.to_dict()})
+            _json_line({"name": lay.name, "timestamp": wall, **s.to_dict(),
+                        "roles": roles.to_dict()})
         else:
             clock = dt.datetime.fromtimestamp(wall).strftime("%H:%M:%S")
             _out(f"{clock:8}  {s.depth:>10}  {_rate(s.put_rate):>12}  {_rate(s.get_rate):>12}  "
-                 f"{s.bytes_on_disk:>12}  {_pos(s.read)} / {_pos(s.write)}")
+                 f"{s.bytes_on_disk:>12}  {_pos(s.read)} / {_pos(s.write)}" +
+                 ("" if not roles.live else f"  ({roles.describe()})"))
         sys.stdout.flush()
         n += 1
         if count is not None and n >= count:

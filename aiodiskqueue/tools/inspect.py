@@ -25,14 +25,16 @@ Problem kinds reported by :func:`analyze` (``severity`` in brackets):
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .._format.layout import Layout
-from .._format.lock import lock_holder
+from .._format.lock import read_lock_pid
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
+from .._format.roles import RoleRecord, published_record
 from .._format.scan import BAD_LENGTH, TORN, ZEROS, Span, iter_spans, realign, tail_summary
 from ..errors import QueueNotFound
 
@@ -79,8 +81,10 @@ def walk_segment(
     max_size: int,
     marks: tuple[int, ...] = (),
     progress: Progress | None = None,
+    stop: int | None = None,
 ) -> Walk:
-    """Read segment ``num`` from ``start`` to its end, counting records around ``marks``.
+    """Read segment ``num`` from ``start`` to its end (or to ``stop``), counting records
+    around ``marks``.
 
     Raises OSError if the file cannot be opened.
     """
@@ -92,7 +96,7 @@ def walk_segment(
     problem: str | None = None
     bad: int | None = None
     span: Span
-    for span in iter_spans(path, num, start, None, min_size, max_size):
+    for span in iter_spans(path, num, start, stop, min_size, max_size):
         for m, mark in ms.items():
             if mark.next_boundary is not None:
                 continue
@@ -249,6 +253,73 @@ class QueueReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class RolesState:
+    """The roles held in a queue now: the producer's published record (its pid and the
+    position its next record goes to: everything before it is published) and the
+    consumer's (its pid and its last stored read position); None where a role is free."""
+
+    producer: RoleRecord | None
+    consumer: RoleRecord | None
+
+    @property
+    def live(self) -> bool:
+        """Whether a role is held."""
+        return self.producer is not None or self.consumer is not None
+
+    @property
+    def limit(self) -> tuple[int, int] | None:
+        """Where published data ends while a producer is live, else None."""
+        return None if self.producer is None else self.producer.at
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: ``producer`` and ``consumer``, each None or an object."""
+        p, c = self.producer, self.consumer
+        return {
+            "producer": None if p is None else {
+                "pid": p.pid, "write_file_num": p.file_num, "write_pos": p.pos},
+            "consumer": None if c is None else {
+                "pid": c.pid, "read_file_num": c.file_num, "read_pos": c.pos},
+        }
+
+    def describe(self) -> str:
+        """One line of text, e.g. ``producer pid 12 (published to 0,1024), consumer pid
+        13 (read at 0,512)``, or ``none``."""
+        parts = []
+        if self.producer is not None:
+            p = self.producer
+            parts.append(f"producer pid {p.pid} (published to {p.file_num},{p.pos})")
+        if self.consumer is not None:
+            c = self.consumer
+            parts.append(f"consumer pid {c.pid} (read at {c.file_num},{c.pos})")
+        return ", ".join(parts) if parts else "none"
+
+
+def roles_state(layout: Layout) -> RolesState:
+    """The roles held in the queue now; takes no lock (see
+    :func:`~aiodiskqueue._format.roles.published_record`)."""
+    return RolesState(published_record(layout.role_path("producer")),
+                      published_record(layout.role_path("consumer")))
+
+
+def whole_holder(lock_path: str) -> int | None:
+    """Pid of a process holding the queue whole (``role="both"``) at ``lock_path``, -1 if
+    its pid is unknown, None if none does. A shared probe: roles hold it shared too."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return read_lock_pid(lock_path) or -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def queue_exists(layout: Layout) -> bool:
     """Whether the queue has a meta file, a segment or a quarantined segment."""
     return (os.path.exists(layout.meta_path) or bool(layout.segments())
@@ -256,8 +327,18 @@ def queue_exists(layout: Layout) -> bool:
 
 
 def holder(layout: Layout) -> int | None:
-    """Pid of the live process that has the queue open, or None (creates nothing)."""
-    return lock_holder(layout.lock_path)
+    """Pid of the live process that has the queue open (a role's holder: the producer's
+    first), or None; creates nothing.
+
+    Probes no role file whose record says the role is free (see
+    :func:`~aiodiskqueue._format.roles.published_record`), so a role being opened
+    meanwhile is not made to fail.
+    """
+    roles = roles_state(layout)
+    for rec in (roles.producer, roles.consumer):
+        if rec is not None:
+            return rec.pid
+    return whole_holder(layout.lock_path)
 
 
 def total_bytes(layout: Layout) -> int:
@@ -272,24 +353,29 @@ def total_bytes(layout: Layout) -> int:
 
 
 def unindexed_tail(layout: Layout, meta: Meta, min_size: int = 0,
-                   max_size: int = 1 << 20) -> tuple[int, tuple[int, int]]:
-    """Whole records past the meta's write position, and the real end of the data.
+                   max_size: int = 1 << 20,
+                   limit: tuple[int, int] | None = None) -> tuple[int, tuple[int, int]]:
+    """Whole records past the meta's write position, and the real end of the data
+    (with ``limit``, a live producer's published position: no further).
 
     Scans only what was written after the last meta sync, so it is cheap even
     for a large queue: this is what the queue itself recovers on open.
     """
     wf, wp = meta.write
+    if limit is not None and limit < (wf, wp):
+        limit = (wf, wp)
     count, end = 0, (wf, wp)
     segs = layout.segments()
     last = max(segs, default=-1)
     marked = os.path.exists(layout.empty_marker_path)
     for num, path in sorted(segs.items()):
-        if num < wf:
+        if num < wf or (limit is not None and num > limit[0]):
             continue
         start = wp if num == wf else 0
+        stop = limit[1] if limit is not None and num == limit[0] else None
         try:
-            w = walk_segment(path, num, start, min_size, max_size)
-            if num == last:
+            w = walk_segment(path, num, start, min_size, max_size, stop=stop)
+            if num == last and limit is None:
                 cut_zero_tail(w, path, num, start, marked, min_size, max_size)
         except FileNotFoundError:
             continue
@@ -301,8 +387,13 @@ def unindexed_tail(layout: Layout, meta: Meta, min_size: int = 0,
 
 
 def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
-            progress: Progress | None = None) -> QueueReport:
+            progress: Progress | None = None,
+            limit: tuple[int, int] | None = None) -> QueueReport:
     """Scan every record of the queue and report its state and problems; read-only.
+
+    ``limit``: a live producer's published position; nothing past it is read (a record
+    being written there is not yet data, not damage), and records between the meta's
+    write position and it are published, not a stale meta.
 
     Raises QueueNotFound if the queue has no files at all, OSError if a file
     cannot be read.
@@ -347,6 +438,10 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
         else:
             rf, rp = meta.read
             wf, wp = meta.write
+            if limit is not None and limit < (wf, wp):
+                limit = (wf, wp)  # stored after the record was read: published too
+    if limit is not None:
+        segs = {n: p for n, p in segs.items() if n <= limit[0]}
 
     reports: list[SegmentReport] = []
     # --- consumed leftovers: before the read file; the queue deletes them on open
@@ -388,8 +483,10 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
             marks += (wp,)
         start = 0
         consumed = 0
+        stop = limit[1] if limit is not None and num == limit[0] else None
         if is_read and rp > 0:
-            pre = walk_segment(path, num, 0, min_size, max_size, (rp, *marks), progress)
+            pre = walk_segment(path, num, 0, min_size, max_size, (rp, *marks), progress,
+                               stop)
             mark = pre.marks[rp]
             # Where reading starts is the queue's own rule (scan.realign); the walk
             # only counts the records on either side of it.
@@ -401,7 +498,7 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
                 # Damage before the read position: already consumed, never read again.
                 notes.append(f"{name(path)}: unreadable bytes at offset {pre.end} before the "
                              f"read position {rp} (consumed, ignored)")
-                w = walk_segment(path, num, rp, min_size, max_size, marks, progress)
+                w = walk_segment(path, num, rp, min_size, max_size, marks, progress, stop)
                 start, consumed = rp, pre.records
             else:
                 # The read position is inside a whole record, or past the file's end: go
@@ -415,8 +512,8 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
                 start, consumed = back, mark.before
             new_read = (num, start)
         else:
-            w = walk_segment(path, num, 0, min_size, max_size, marks, progress)
-        if num == last and (meta is None or num >= wf):
+            w = walk_segment(path, num, 0, min_size, max_size, marks, progress, stop)
+        if num == last and (meta is None or num >= wf) and limit is None:
             cut_zero_tail(w, path, num, start if meta is None else wp if num == wf else 0,
                           marked, min_size, max_size)
         # A walk from the segment's start counted the consumed records too; one from
@@ -477,7 +574,10 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
     if last is not None:
         write = (last, next((s.end for s in reports if s.num == last), 0))
     if meta is not None:
-        if unindexed:
+        if unindexed and limit is not None:
+            notes.append(f"{unindexed} record(s) published by the live producer past the "
+                         f"meta's write position {meta.write_file_num},{meta.write_pos}")
+        elif unindexed:
             problems.append(Problem("stale meta", WARNING,
                                     name(layout.segment_path(meta.write_file_num)),
                                     meta.write_pos,
@@ -498,3 +598,42 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
         indexed_depth=indexed if meta is not None else None,
         problems=tuple(problems), notes=tuple(notes), missing=tuple(missing),
     )
+
+
+_LIVE_TRIES = 5
+
+
+def analyze_live(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
+                 progress: Progress | None = None) -> tuple[QueueReport, RolesState]:
+    """:func:`analyze` beside live roles, and the roles it found; takes no lock.
+
+    With a live producer, reads only up to its published position. A consumer may move
+    its read position and delete consumed segments during the scan: a scan that found
+    problems or a vanished file while the meta or a role's record changed is done again
+    (up to a few times), so a moving queue is not reported as damaged.
+
+    Raises QueueNotFound if the queue has no files at all, OSError if a file cannot be
+    read.
+    """
+    for attempt in range(_LIVE_TRIES):
+        roles = roles_state(layout)
+        before = _snapshot(layout)
+        try:
+            rep = analyze(layout, min_size, max_size, progress, roles.limit)
+        except FileNotFoundError:
+            if not roles.live or attempt == _LIVE_TRIES - 1:
+                raise
+            continue
+        if rep.sound or not roles.live or attempt == _LIVE_TRIES - 1:
+            return rep, roles
+        if _snapshot(layout) == before and roles_state(layout) == roles:
+            return rep, roles  # nothing moved: the problems are real
+    raise AssertionError("unreachable")
+
+
+def _snapshot(layout: Layout) -> tuple[object, ...]:
+    try:
+        meta: object = load_meta(layout.meta_path)
+    except ValueError:
+        meta = "unreadable"
+    return (meta, tuple(sorted(layout.segments())))
