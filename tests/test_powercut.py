@@ -9,7 +9,7 @@ of the README must hold in every one. The self-tests prove the checker can fail.
 Needs /dev/fuse, fusermount3 (Debian's fuse3, installed by dev.sh and .ci/run) and
 mfusepy (the dev extra). Without them these tests fail where ``CI=true`` and are
 skipped, with the reason, elsewhere. ``AIODISKQUEUE_POWERCUTS=N`` runs N cuts per
-workload (default 40); ``bench/powercut.py`` runs any number and prints a table.
+workload (default 25); ``bench/powercut.py`` runs any number and prints a table.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "powercut"))
 
 import harness
 
-CUTS = int(os.environ.get("AIODISKQUEUE_POWERCUTS", "40"))
+CUTS = int(os.environ.get("AIODISKQUEUE_POWERCUTS", "25"))
 SEED = int(os.environ.get("AIODISKQUEUE_POWERCUT_SEED", "20261128"))
 
 pytestmark = pytest.mark.slow
