@@ -599,9 +599,10 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                 add(name, n, secs, cpu, sleeps)
         await cpu_rows(args, broker, add)
         if args.secure:
-            tls = {"tls_v1": True, "tls_options": {"ca_certs": secure[1]}}
-            for name, opts in (("tls", tls), ("deflate", {"deflate": True}),
-                               ("snappy", {"snappy": True})):
+            tls: dict[str, object] = {"tls_v1": True, "tls_options": {"ca_certs": secure[1]}}
+            choices: tuple[tuple[str, dict[str, object]], ...] = (
+                ("tls", tls), ("deflate", {"deflate": True}), ("snappy", {"snappy": True}))
+            for name, opts in choices:
                 await cpu_rows(args, broker, add, f" {name}", opts)
     finally:
         broker.close()

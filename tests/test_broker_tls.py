@@ -150,7 +150,9 @@ async def test_a_verified_client_certificate_is_accepted(
     await c.pub("verified", b"hello")
     conn = next(iter(server.tcp.connections.values()))
     assert conn.ssl_object is not None
-    assert conn.ssl_object.getpeercert()["subject"] == ((("commonName", "client-1"),),)
+    cert = conn.ssl_object.getpeercert()
+    assert cert is not None
+    assert cert["subject"] == ((("commonName", "client-1"),),)
 
 
 async def test_a_failed_handshake_closes_only_that_connection(

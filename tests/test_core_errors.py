@@ -94,8 +94,9 @@ def test_name_type(tmp_path: Path) -> None:
 
 
 def test_options_are_keyword_only(tmp_path: Path) -> None:
+    # The third positional parameter is the role: an option given there is refused.
     with pytest.raises(TypeError):
-        DiskQueue(tmp_path, "q", 1024)  # type: ignore[call-arg]
+        DiskQueue(tmp_path, "q", 1024)  # type: ignore[arg-type]
 
 
 async def test_calls_after_close_raise_queue_closed(make_queue: MakeQueue) -> None:
