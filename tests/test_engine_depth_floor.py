@@ -56,7 +56,14 @@ async def test_drain_ends_where_synced_bytes_came_back_as_zeros(tmp_path: Path,
     Path(lay.meta_path).write_bytes(meta.encode())
     async with DiskQueue(tmp_path, "q", read_buffer_bytes=4096) as q:
         while q.qsize():
-            await asyncio.wait_for(q.get(), 5)
+            try:
+                await asyncio.wait_for(q.get(), 2)
+            except TimeoutError:
+                # A get() that began while the depth still counted the damaged bytes waits,
+                # as any get() on an empty queue does, once they are quarantined: right only
+                # if the depth now says nothing is left.
+                assert q.qsize() == 0, repr(q)
+                break
         await q.put(b"next")
         assert await asyncio.wait_for(q.get(), 5) == b"next"
         assert q.qsize() == 0, repr(q)
