@@ -12,6 +12,7 @@ import fcntl
 import os
 
 from ..errors import QueueLocked
+from .probe import held_exclusively
 from .roles import holder_pid
 
 
@@ -129,16 +130,9 @@ def lock_holder(path: str) -> int | None:
     A producer or consumer role counts: its holder's pid (the producer's first).
     Probes with a shared non-blocking flock and creates nothing.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    held = held_exclusively(path)
+    if held is None:
         return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return read_lock_pid(path) or -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return _role_holder(path)
-    finally:
-        os.close(fd)
+    if held:
+        return read_lock_pid(path) or -1
+    return _role_holder(path)

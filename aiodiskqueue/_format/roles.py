@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .meta import Meta, load_meta, store_meta
+from .probe import held_exclusively
 
 ROLES = ("producer", "consumer", "both")
 
@@ -210,20 +211,17 @@ def store_role_meta(meta_path: str, fd: int, read: tuple[int, int] | None, seq_r
 def holder_pid(path: str) -> int | None:
     """Pid of the live process holding the role file or lock file at ``path`` with
     flock, else None. Creates nothing; -1 if held but no pid is known."""
+    if not held_exclusively(path):
+        return None
     try:
         fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    except FileNotFoundError:  # released and removed since the probe
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            rec = read_record(fd)
-            return rec.pid if rec is not None and rec.pid else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        rec = read_record(fd)
     finally:
         os.close(fd)
+    return rec.pid if rec is not None and rec.pid else -1
 
 
 def _pid_alive(pid: int) -> bool:

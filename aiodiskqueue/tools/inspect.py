@@ -25,7 +25,6 @@ Problem kinds reported by :func:`analyze` (``severity`` in brackets):
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 from .._format.layout import Layout
 from .._format.lock import read_lock_pid
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
+from .._format.probe import held_exclusively
 from .._format.roles import RoleRecord, published_record
 from .._format.scan import BAD_LENGTH, TORN, ZEROS, Span, iter_spans, realign, tail_summary
 from ..errors import QueueNotFound
@@ -305,19 +305,9 @@ def roles_state(layout: Layout) -> RolesState:
 def whole_holder(lock_path: str) -> int | None:
     """Pid of a process holding the queue whole (``role="both"``) at ``lock_path``, -1 if
     its pid is unknown, None if none does. A shared probe: roles hold it shared too."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
+    if not held_exclusively(lock_path):
         return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return read_lock_pid(lock_path) or -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
+    return read_lock_pid(lock_path) or -1
 
 
 def queue_exists(layout: Layout) -> bool:
