@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -114,6 +115,19 @@ async def rconsume(directory: str, name: str, sync_every: int, max_bytes: int) -
             _say(f"G {msg_index(m)}")
 
 
+async def idle(directory: str, name: str, seconds: float) -> None:
+    """Wait in get() as a consumer; say the CPU this process spent idle, then what came."""
+    async with DiskQueue(directory, name, "consumer") as q:
+        waiter = asyncio.ensure_future(q.get())
+        await asyncio.sleep(0.2)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        await asyncio.sleep(seconds)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        _say(f"IDLE {used:.6f}")
+        _say(f"G {(await waiter).decode()}")
+
+
 async def hold(directory: str, name: str, role: str = "both") -> None:
     async with DiskQueue(directory, name, role):
         _say(f"OPEN {os.getpid()}")
@@ -150,6 +164,8 @@ def main(argv: list[str]) -> None:
         asyncio.run(rconsume(args[0], args[1], int(args[2]), int(args[3])))
     elif mode == "rhold":
         asyncio.run(hold(args[0], args[1], args[2]))
+    elif mode == "ridle":
+        asyncio.run(idle(args[0], args[1], float(args[2])))
     elif mode == "rtry":
         asyncio.run(try_open(args[0], args[1], args[2]))
     else:
