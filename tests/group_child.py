@@ -62,24 +62,31 @@ async def ack_consume(directory: str, name: str) -> None:
 
 async def drain(directory: str, name: str, ack: bool) -> None:
     lay = group_layout(directory, name)
-    g: QueueGroup | AckQueueGroup = (AckQueueGroup(directory, name, "consumer", sync_every=1)
-                                     if ack else
-                                     QueueGroup(directory, name, "consumer", sync_every=100))
+    if ack:
+        ag = AckQueueGroup(directory, name, "consumer", sync_every=1)
+
+        async def one() -> None:
+            m = await asyncio.wait_for(ag.get(), 2.0)
+            out(f"G {m.body.decode()}")
+            await m.finish()
+            out(f"F {m.body.decode()}")
+
+        g: QueueGroup | AckQueueGroup = ag
+    else:
+        qg = QueueGroup(directory, name, "consumer", sync_every=100)
+
+        async def one() -> None:
+            out(f"G {(await asyncio.wait_for(qg.get(), 2.0)).decode()}")
+
+        g = qg
     async with g:
         out("READY")
         while True:
             try:
-                m = await asyncio.wait_for(g.get(), 2.0)
+                await one()
             except TimeoutError:
                 if g.qsize() == 0 and len(g.shards) == len(lay.shards()):
                     break
-                continue
-            if isinstance(m, bytes):
-                out(f"G {m.decode()}")
-            else:
-                out(f"G {m.body.decode()}")
-                await m.finish()
-                out(f"F {m.body.decode()}")
     out("DONE")
 
 
