@@ -14,6 +14,7 @@ import pytest
 from helpers_format import read_meta
 from helpers_proc import Child
 
+from aiodiskqueue import QueueGroup
 from aiodiskqueue.group.layout import group_layout
 
 SCRIPT = Path(__file__).with_name("group_child.py")
@@ -154,3 +155,32 @@ async def test_group_kill_many_cycles(tmp_path: Path, ack: bool) -> None:
     print(f"group kill ({'ack' if ack else 'plain'}): {cycles} cycles, kills {run.kills}, "
           f"{acked} acknowledged puts, {dups} duplicates, "
           f"{len(group_layout(run.dir, 'ev').shards())} shards")
+
+
+async def test_a_consumer_process_shares_and_its_shards_are_taken_over_when_killed(
+        tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    producers = [await QueueGroup.open(d, "ev") for _ in range(4)]
+    for p in producers:
+        await p.aclose()
+    child = await _spawn(tmp_path / "stderr.txt", "consume", str(d), "ev", "20")
+    assert await child.line(60.0) == "READY", child.stderr()
+    loop = asyncio.get_running_loop()
+    try:
+        async with QueueGroup(d, "ev", "consumer") as c:
+            # A newcomer gets its share from a consumer in another process, which goes on.
+            end = loop.time() + 30.0
+            while len(c.shards) != 2:
+                assert loop.time() < end, c.shards
+                await asyncio.sleep(0.02)
+            killed_at = loop.time()
+            child.kill()
+            await child.wait()
+            while len(c.shards) != 4:  # the kernel dropped the dead one's locks
+                assert loop.time() < killed_at + 30.0, c.shards
+                await asyncio.sleep(0.02)
+            took = loop.time() - killed_at
+    finally:
+        child.kill()
+    print(f"take-over after {took:.2f} s")
+    assert took < 10.0  # "within a few seconds"; about one look at the group (1 s) here
