@@ -12,6 +12,7 @@ import pytest
 from helpers_format import read_queue
 
 from aiodiskqueue import (
+    AckQueue,
     AckQueueGroup,
     DiskQueue,
     GroupFormatError,
@@ -43,9 +44,10 @@ async def _gets(g: QueueGroup, n: int) -> list[bytes]:
     return [await asyncio.wait_for(g.get(), WAIT) for _ in range(n)]
 
 
-def _tree(path: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file()}
+def _tree(path: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every directory (None) under ``path``."""
+    return {str(p.relative_to(path)): p.read_bytes() if p.is_file() else None
+            for p in sorted(path.rglob("*"))}
 
 
 # ---------------------------------------------------------------------- producers
@@ -307,7 +309,11 @@ async def test_a_group_and_a_plain_queue_of_one_name_conflict(tmp_path: Path) ->
     with pytest.raises(GroupNameConflict):
         async with DiskQueue(tmp_path, "grp"):
             pass
+    for role in ("both", "producer", "consumer"):
+        with pytest.raises(GroupNameConflict):
+            await AckQueue.open(tmp_path, "grp", role=role)
     assert _tree(tmp_path) == before
+
 
 
 async def test_group_meta_of_another_version_or_options(tmp_path: Path) -> None:

@@ -202,7 +202,8 @@ class GroupReader(Generic[Q, T]):
         if holder_pid(Layout(path, self.lay.name).role_path("consumer")) is not None:
             return None  # another consumer's: a probe, cheaper than an open that fails
         try:
-            check_shard(path)
+            if not check_shard(path):
+                return None  # removed since it was listed
             try:
                 q = await self.hooks.open(path)
             except (QueueLocked, QueueNotFound):

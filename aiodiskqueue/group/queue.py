@@ -97,9 +97,9 @@ class _Group(Generic[Q, T]):
         async with GroupLock(lay.lock_path).held():
             await asyncio.to_thread(finish_removals, lay)
             shards = lay.shards()
-            for path in shards.values():
-                check_shard(path)  # before any shard is opened: nothing is touched
-            for num, path in shards.items():
+            # Every shard checked before any is opened: a damaged one changes nothing.
+            present = {num: path for num, path in shards.items() if check_shard(path)}
+            for num, path in present.items():
                 if holder_pid(Layout(path, lay.name).role_path("producer")) is not None:
                     continue  # a live producer's: a probe, cheaper than an open that fails
                 try:
