@@ -385,3 +385,16 @@ async def test_a_group_opened_twice_refuses(tmp_path: Path) -> None:
             await g._start()
     opened: Awaitable[QueueGroup] = QueueGroup.open(tmp_path, "ev")
     await (await opened).aclose()
+
+
+async def test_without_inotify_a_consumer_polls_for_new_shards(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiodiskqueue._core.notify as notify
+    monkeypatch.setattr(notify, "_libc", lambda: None)  # as on a platform without inotify
+    async with QueueGroup(tmp_path, "ev", "consumer") as c:
+        reader = c._reader
+        assert reader is not None and reader._watch is not None
+        assert not reader._watch.inotify
+        async with QueueGroup(tmp_path, "ev") as p:
+            await p.put(b"polled")
+            assert await _gets(c, 1) == [b"polled"]
