@@ -398,3 +398,21 @@ async def test_without_inotify_a_consumer_polls_for_new_shards(
         async with QueueGroup(tmp_path, "ev") as p:
             await p.put(b"polled")
             assert await _gets(c, 1) == [b"polled"]
+
+
+async def test_a_claim_cancelled_while_waiting_for_the_group_lock_lets_it_go(
+        tmp_path: Path) -> None:
+    lay = group_layout(tmp_path, "ev")
+    async with QueueGroup(tmp_path, "ev"):
+        pass
+    lock = GroupLock(lay.lock_path)
+    async with lock.held():
+        waiting = asyncio.ensure_future(QueueGroup.open(tmp_path, "ev"))
+        await asyncio.sleep(0.2)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    # The cancelled claim's thread got the lock after we let go, and dropped it.
+    p = await asyncio.wait_for(QueueGroup.open(tmp_path, "ev"), WAIT)
+    assert p.shard == "000000"
+    await p.aclose()
