@@ -272,11 +272,15 @@ class GroupReader(Generic[Q, T]):
 
     async def _expire(self, retention: float) -> None:
         assert self._loop is not None
+        # The highest-numbered shard stays: a new shard is numbered after it, so no
+        # number is ever used twice (a reader that kept a shard's position by its name,
+        # as a Spark checkpoint does, never meets a new queue under an old name).
+        last = max(self.lay.shards(), default=-1)
         for o in list(self._order):
             now = self._loop.time()
             lay = Layout(o.path, self.lay.name)
-            if (o.q.qsize() or self.hooks.in_flight(o.q) or self.hooks.kept(o.q)
-                    or holder_pid(lay.role_path("producer")) is not None):
+            if (o.num >= last or o.q.qsize() or self.hooks.in_flight(o.q)
+                    or self.hooks.kept(o.q) or holder_pid(lay.role_path("producer")) is not None):
                 o.idle_since = now
             elif now - o.idle_since >= retention and not self.closing:
                 await self._remove(o)
