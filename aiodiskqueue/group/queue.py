@@ -286,7 +286,8 @@ class QueueGroup(_Group[DiskQueue, bytes]):
 
     ``retention`` (seconds, None: never): a consumer removes a shard it holds that has
     had no producer and nothing unread (and, for an AckQueueGroup, nothing in flight,
-    deferred or dead-lettered) for that long. ``settle_timeout``: how long a shard
+    deferred or dead-lettered) for that long, but never the highest-numbered shard (new
+    shards are numbered after it: no number is used twice). ``settle_timeout``: how long a shard
     being handed over waits for its messages in flight to settle before it is
     closed (those still out are delivered again by the next owner).
 
