@@ -419,3 +419,20 @@ async def test_a_claim_cancelled_while_waiting_for_the_group_lock_lets_it_go(
     p = await asyncio.wait_for(QueueGroup.open(tmp_path, "ev"), WAIT)
     assert p.shard == "000000"
     await p.aclose()
+
+
+async def test_ack_group_get_takes_a_msg_timeout(tmp_path: Path) -> None:
+    async with QueueGroup(tmp_path, "ev") as p:
+        await p.put_many([b"a", b"b"])
+    async with AckQueueGroup(tmp_path, "ev", "consumer", max_msg_timeout=60.0) as c:
+        with pytest.raises(ValueError, match=r"max_msg_timeout=60\.0"):
+            await c.get(msg_timeout=61.0)
+        with pytest.raises(ValueError, match="msg_timeout"):
+            c.get_nowait(msg_timeout=0)
+        m = await asyncio.wait_for(c.get(msg_timeout=0.2), WAIT)
+        assert m.body == b"a"
+        # Not finished in time: it times out and comes again.
+        again = await asyncio.wait_for(c.get(msg_timeout=30.0), WAIT)
+        if again.body == b"b":
+            again = await asyncio.wait_for(c.get(), WAIT)
+        assert again.body == b"a" and again.attempts == 2

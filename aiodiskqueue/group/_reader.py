@@ -336,7 +336,7 @@ class GroupReader(Generic[Q, T]):
         """The error of a take from a closed group."""
         return QueueClosed(f"queue group {self.lay.name!r} in {self.lay.directory!r} is closed")
 
-    def take(self) -> T:
+    def take(self, take: Callable[[Q], T] | None = None) -> T:
         """The next message, the shards taking turns (one message each per turn, so a busy
         shard cannot starve the others; FIFO within a shard).
 
@@ -346,7 +346,7 @@ class GroupReader(Generic[Q, T]):
             raise self.closed_error()
         order = self._order
         n = len(order)
-        take = self.hooks.take
+        take = take or self.hooks.take
         start = self._next
         for i in range(n):
             k = (start + i) % n
@@ -379,14 +379,14 @@ class GroupReader(Generic[Q, T]):
                     if not w.cancelled():
                         w.exception()
 
-    async def get(self) -> T:
+    async def get(self, take: Callable[[Q], T] | None = None) -> T:
         """The next message, waiting for one. Cancelling it takes nothing.
 
         Raises QueueClosed once closed.
         """
         while True:
             try:
-                return self.take()
+                return self.take(take)
             except QueueEmpty:
                 pass
             await self.wait()
