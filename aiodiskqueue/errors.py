@@ -8,6 +8,9 @@ __all__ = [
     "CorruptionError",
     "DeserializationError",
     "DiskQueueError",
+    "GroupFormatError",
+    "GroupNameConflict",
+    "GroupOptionConflict",
     "LoopThreadError",
     "MessageNotInFlight",
     "MessageSizeError",
@@ -20,6 +23,7 @@ __all__ = [
     "QueueNotFound",
     "RoleError",
     "SerializationError",
+    "ShardDamaged",
 ]
 
 # asyncio.QueueShutDown exists from Python 3.13: QueueClosed is one there too, so code
@@ -101,6 +105,53 @@ class QueueNotFound(DiskQueueError, LookupError):
         super().__init__(f"no queue named {name!r} in {directory}")
         self.directory = directory
         self.name = name
+
+
+class GroupNameConflict(DiskQueueError, ValueError):
+    """A queue group and a plain queue of the same name in one directory: opening a group
+    where the queue ``NAME`` has files, or a plain queue ``NAME`` where the group
+    directory ``NAME.group`` exists. Nothing was changed."""
+
+    def __init__(self, directory: str, name: str, opening: str) -> None:
+        other = "a plain queue" if opening == "group" else "a queue group"
+        super().__init__(f"cannot open {name!r} in {directory} as a {opening}: {other} "
+                         f"of that name exists there")
+        self.directory = directory
+        self.name = name
+
+
+class GroupFormatError(DiskQueueError):
+    """A group's meta file (``NAME.group/group.meta``) is damaged or of a format version
+    this release does not read. Nothing was changed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class GroupOptionConflict(OptionConflict):
+    """An option that every shard of a group must share differs from the value stored in
+    the group's meta file. Nothing was changed."""
+
+    def __init__(self, option: str, mine: object, theirs: object, path: str) -> None:
+        DiskQueueError.__init__(self, f"{option}={mine!r} contradicts {option}={theirs!r} "
+                                      f"stored for the group in {path}")
+        self.option = option
+        self.mine = mine
+        self.theirs = theirs
+        self.path = path
+
+
+class ShardDamaged(DiskQueueError):
+    """A shard of a queue group is not what the group made: a file where its directory
+    belongs, a directory that is not readable, a shard removed by hand while open.
+    Nothing was changed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"shard {path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class CorruptionError(DiskQueueError):
