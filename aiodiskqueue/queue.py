@@ -24,6 +24,7 @@ from ._core.options import (
 )
 from ._core.producer import ProducerEngine
 from ._format.codec import HEADER_SIZE
+from ._format.group import is_group
 from ._format.layout import Layout
 from ._format.roles import check_role
 from .errors import (
@@ -129,8 +130,7 @@ class DiskQueue:
 
     async def _start(self) -> None:
         # A queue group of this name keeps its shards in NAME.group/: opening a plain
-        # queue beside it would mix the two (aiodiskqueue/group/layout.py owns the name).
-        from .group.layout import is_group
+        # queue beside it would mix the two.
         lay = self._layout
         if is_group(lay.directory, lay.name):
             raise GroupNameConflict(lay.directory, lay.name, "queue")

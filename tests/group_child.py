@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from aiodiskqueue import AckQueueGroup, QueueGroup
-from aiodiskqueue.group.layout import group_layout
+from aiodiskqueue._format.group import group_layout
 
 
 def out(line: str) -> None:

@@ -24,8 +24,8 @@ from aiodiskqueue import (
     RoleError,
     ShardDamaged,
 )
+from aiodiskqueue._format.group import group_layout
 from aiodiskqueue.group._setup import GroupLock
-from aiodiskqueue.group.layout import group_layout
 
 WAIT = 20.0
 

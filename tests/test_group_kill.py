@@ -15,7 +15,7 @@ from helpers_format import read_meta
 from helpers_proc import Child
 
 from aiodiskqueue import QueueGroup
-from aiodiskqueue.group.layout import group_layout
+from aiodiskqueue._format.group import group_layout
 
 SCRIPT = Path(__file__).with_name("group_child.py")
 CYCLES_ENV = "AIODISKQUEUE_GROUP_KILL_CYCLES"

@@ -1,4 +1,4 @@
-"""The group's on-disk names (aiodiskqueue/group/layout.py)."""
+"""The group's on-disk names (aiodiskqueue/_format/group.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aiodiskqueue.errors import GroupFormatError
-from aiodiskqueue.group.layout import (
+from aiodiskqueue._format.group import (
     GroupMeta,
     create_group_meta,
     group_dir,
@@ -19,6 +18,7 @@ from aiodiskqueue.group.layout import (
     read_group_meta,
     shard_name,
 )
+from aiodiskqueue.errors import GroupFormatError
 
 
 def test_names(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import fcntl
 import os
 import secrets
 
+from .._format.group import GroupLayout
 from .._format.probe import held_exclusively
-from .layout import GroupLayout
 
 
 class Membership:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from .._core.notify import DIR_CHANGES, FileWatch
+from .._format.group import GroupLayout
 from .._format.layout import Layout, fsync_dir
 from .._format.lock import RoleLock
 from .._format.meta import load_meta
@@ -37,7 +38,6 @@ from ..errors import (
 )
 from ._members import Membership
 from ._setup import GroupLock, check_shard, finish_removals
-from .layout import GroupLayout
 
 log = logging.getLogger("aiodiskqueue.group")
 

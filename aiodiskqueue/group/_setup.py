@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from .._core.options import Options
+from .._format.group import GroupLayout, GroupMeta, create_group_meta
 from .._format.layout import Layout, ack_log_files, queue_files
 from ..errors import (
     GroupFormatError,
@@ -18,7 +19,6 @@ from ..errors import (
     GroupOptionConflict,
     ShardDamaged,
 )
-from .layout import GroupLayout, GroupMeta, create_group_meta
 
 
 def prepare_group(lay: GroupLayout, opts: Options) -> GroupMeta:

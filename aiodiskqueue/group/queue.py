@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, final
 
 from .._core.options import Options, check_name, number
+from .._format.group import GroupLayout, group_layout, shard_name
 from .._format.layout import Layout
 from .._format.roles import check_role, holder_pid
 from ..ack import AckQueue, Message
@@ -19,7 +20,6 @@ from ..errors import DiskQueueError, QueueClosed, QueueLocked, RoleError
 from ..queue import DiskQueue
 from ._reader import GroupReader, ShardHooks
 from ._setup import GroupLock, check_shard, finish_removals, prepare_group
-from .layout import GroupLayout, group_layout, shard_name
 
 _SETTLE_DEFAULT = 30.0
 

@@ -24,8 +24,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from .._format.layout import Layout, fsync_dir
 from ..errors import GroupFormatError
+from .layout import Layout, fsync_dir
 
 GROUP_SUFFIX = ".group"
 """A group's directory is ``NAME`` plus this, beside the plain queues of ``DIRECTORY``."""
