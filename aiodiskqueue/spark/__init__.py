@@ -26,6 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ._consume import QueueBusy
 from ._errors import DataLoss, PathNotFound, SchemaMismatch
+from ._group import resolve
 from ._options import OptionError, SourceOptions, check_use, parse_options
 from ._reader import DiskQueueReader, project, schema_for
 from ._stream import DiskQueueStreamReader
@@ -59,7 +60,8 @@ class DiskQueueDataSource(DataSource):
     def _options(self, use: str | None = None) -> SourceOptions:
         if use is not None:
             check_use(self.options, use)
-        return parse_options(self.options)
+        options = parse_options(self.options)
+        return options if use is None else resolve(options, use)
 
     def schema(self) -> str:
         """``name, file_num, offset, payload`` (+ ``id, timestamp, attempts, body`` for nsq)."""

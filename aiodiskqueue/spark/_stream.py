@@ -88,8 +88,9 @@ from .._format.roles import published_record
 from ._consume import QueueBusy, consume_blocker, release, remove_drained, wait_unheld
 from ._errors import PathNotFound
 from ._files import Lost, Pos, QueueView, spans_between, view_queue
-from ._listing import Lister, Listing, QueueFiles, check_directory, list_queues
-from ._options import SourceOptions, is_glob
+from ._group import lister_for
+from ._listing import Listing, QueueFiles, check_directory
+from ._options import SourceOptions
 from ._ranges import advance
 from ._reader import QueuePartition, group_spans, project, read_partition, report_lost
 
@@ -110,7 +111,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.columns = columns or project(options, None)
         self._target: dict[str, Pos] | None = None
         self._listing: Listing | None = None
-        self._lister = Lister(options.path, options.matches, options.name)
+        self._lister = lister_for(options)
         self._cache: dict[str, tuple[QueueFiles, QueueView]] = {}
         # Consume mode: drained queues outside the offsets, by the files the last trigger
         # saw; one whose files are the same object again is skipped without a look.
@@ -125,7 +126,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # ------------------------------------------------------------- helpers
 
     def _layout(self, queue: str) -> Layout:
-        return Layout(self.options.path, queue)
+        return self.options.layout(queue)
 
     def _list(self) -> Listing:
         self._listing = self._lister(self._settled)
@@ -181,7 +182,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         checkpoint never asks again, so queues it removed do not count).
         """
         listing = self._list()
-        if not listing:
+        if not listing and not self.options.group:  # a group may have no shard yet
             raise PathNotFound(self.options.path, self.options.name,
                                f"holds no queue matching {self.options.name!r}")
         out: Offset = {}
@@ -221,7 +222,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if blocker is None:
             self._held.discard(queue)
             return view
-        if is_glob(self.options.name):
+        if self.options.many:
             if queue not in self._held:
                 self._held.add(queue)
                 log.warning("%s; skipping it until it is closed",
@@ -357,7 +358,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for queue in sorted(end):
             files = listing.get(queue)
             if files is None:
-                files = list_queues(self.options.path, queue.__eq__).get(queue)
+                files = lister_for(self.options)(None).get(queue)
             if files is None:
                 self._vanished(queue, start)
                 continue
@@ -391,7 +392,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if self._released.get(queue) == at:
                 continue  # released already by this process
             # A glob skips a held queue at once; a single name waits for its lock.
-            wait = 0.0 if is_glob(self.options.name) else self.options.lock_wait
+            wait = 0.0 if self.options.many else self.options.lock_wait
             files = self._listing.get(queue) if self._listing is not None else None
             try:
                 release(self._layout(queue), at, self.options.min_msg_size,
@@ -399,7 +400,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                         known=files.segments if files is not None else ())
                 self._released[queue] = at
             except QueueBusy as exc:
-                if not is_glob(self.options.name):
+                if not self.options.many:
                     raise
                 log.info("%s; releasing it once it is closed", exc)
 
