@@ -6,6 +6,9 @@ from .errors import (
     CorruptionError,
     DeserializationError,
     DiskQueueError,
+    GroupFormatError,
+    GroupNameConflict,
+    GroupOptionConflict,
     LoopThreadError,
     MessageNotInFlight,
     MessageSizeError,
@@ -18,16 +21,22 @@ from .errors import (
     QueueNotFound,
     RoleError,
     SerializationError,
+    ShardDamaged,
 )
+from .group import AckQueueGroup, QueueGroup
 from .queue import DiskQueue
 
 __all__ = [
     "AckQueue",
+    "AckQueueGroup",
     "AckStatistics",
     "CorruptionError",
     "DeserializationError",
     "DiskQueue",
     "DiskQueueError",
+    "GroupFormatError",
+    "GroupNameConflict",
+    "GroupOptionConflict",
     "LoopThreadError",
     "Message",
     "MessageNotInFlight",
@@ -37,10 +46,12 @@ __all__ = [
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
+    "QueueGroup",
     "QueueLocked",
     "QueueNotFound",
     "RoleError",
     "SerializationError",
+    "ShardDamaged",
     "Statistics",
 ]
 

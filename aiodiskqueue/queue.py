@@ -26,7 +26,14 @@ from ._core.producer import ProducerEngine
 from ._format.codec import HEADER_SIZE
 from ._format.layout import Layout
 from ._format.roles import check_role
-from .errors import DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty, QueueFull
+from .errors import (
+    DiskQueueError,
+    GroupNameConflict,
+    MessageSizeError,
+    QueueClosed,
+    QueueEmpty,
+    QueueFull,
+)
 
 
 @final
@@ -108,16 +115,26 @@ class DiskQueue:
         Raises QueueLocked if the queue (or, with a ``role``, that role) is open in
         another process or object, QueueNotFound for a consumer of a queue that does
         not exist, OptionConflict if an option contradicts the other role's,
+        GroupNameConflict if a queue group ``name`` exists in ``directory``,
         DiskQueueError if its files cannot be read or created.
         """
         q = cls(directory, name, **options)
-        await q._e.start()
+        await q._start()
         return q
 
     async def __aenter__(self) -> DiskQueue:
         if self._e.state is Lifecycle.NEW:
-            await self._e.start()
+            await self._start()
         return self
+
+    async def _start(self) -> None:
+        # A queue group of this name keeps its shards in NAME.group/: opening a plain
+        # queue beside it would mix the two (aiodiskqueue/group/layout.py owns the name).
+        from .group.layout import is_group
+        lay = self._layout
+        if is_group(lay.directory, lay.name):
+            raise GroupNameConflict(lay.directory, lay.name, "queue")
+        await self._e.start()
 
     async def __aexit__(
         self,
@@ -410,6 +427,13 @@ class DiskQueue:
         """Give back the last ``payloads`` taken, in order, with nothing taken since: the
         next ``get_nowait()`` returns the first of them again."""
         self._e.untake(payloads)
+
+    async def _wait_ready(self) -> None:
+        """Wait until ``get_nowait()`` has a message (or raises what ``get()`` would), taking
+        nothing: for a reader that waits on several queues at once (a queue group's
+        consumer). Cancelling it leaves the queue unchanged.
+        """
+        await self._e.wait_ready()
 
     def _hold_meta(self) -> None:
         """Close without storing a meta file: the one on disk stays as it is.

@@ -24,6 +24,16 @@ _IN_CLOEXEC = 0o2000000
 _IN_MODIFY = 0x2
 _IN_ATTRIB = 0x4
 _IN_CLOSE_WRITE = 0x8
+_IN_MOVED_FROM = 0x40
+_IN_MOVED_TO = 0x80
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+FILE_CHANGES = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE
+"""A file was written, or closed after writing (the default mask of a watch)."""
+DIR_CHANGES = (_IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE
+               | _IN_DELETE)
+"""An entry of a watched directory was created, removed, renamed, written, or closed
+after writing (a process that held it open for writing ended)."""
 POLL_MIN = 0.001
 POLL_MAX = 0.1
 _WATCHED_CHECK = 1.0
@@ -42,10 +52,14 @@ def _libc() -> ctypes.CDLL | None:
 
 
 class FileWatch:
-    """Wakes a waiter when the file at ``path`` is written (or after a poll interval)."""
+    """Wakes a waiter when the file at ``path`` is written (or after a poll interval).
+
+    ``mask``: the inotify events that count, :data:`FILE_CHANGES` by default;
+    :data:`DIR_CHANGES` watches a directory's entries.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, path: str,
-                 use_inotify: bool = True) -> None:
+                 use_inotify: bool = True, mask: int = FILE_CHANGES) -> None:
         self.loop = loop
         self.path = path
         self._fd = -1
@@ -56,8 +70,7 @@ class FileWatch:
         if libc is not None:
             fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
             if fd >= 0:
-                wd = libc.inotify_add_watch(fd, os.fsencode(path),
-                                            _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE)
+                wd = libc.inotify_add_watch(fd, os.fsencode(path), mask)
                 if wd >= 0:
                     self._fd = fd
                     loop.add_reader(fd, self._readable)

@@ -404,6 +404,18 @@ class AckQueue:
                              f"got {msg_timeout}")
         return t
 
+    async def _wait_ready(self) -> None:
+        """Wait until a ``get_nowait()`` may succeed, delivering nothing: for a reader that
+        waits on several queues at once (a queue group's consumer). Cancelling it leaves
+        the queue unchanged.
+
+        Raises QueueClosed if the queue is not open, RoleError on a producer.
+        """
+        if self._role == "producer":
+            raise RoleError(self._role, "get()")
+        self._check_open()
+        await self._dispatcher.wait_for_message()
+
     def __aiter__(self) -> AckQueue:
         return self
 

@@ -1,2 +1,6 @@
 """Queue groups: many producer processes into one logical queue, consumers that divide
-its shards. On-disk names: :mod:`.layout`."""
+its shards (:class:`QueueGroup`, :class:`AckQueueGroup`). On-disk names: :mod:`.layout`."""
+
+from .queue import AckQueueGroup, QueueGroup
+
+__all__ = ["AckQueueGroup", "QueueGroup"]

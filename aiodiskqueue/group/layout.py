@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 from dataclasses import dataclass
 
 from .._format.layout import Layout, fsync_dir
@@ -229,7 +230,7 @@ def create_group_meta(lay: GroupLayout, meta: GroupMeta) -> GroupMeta:
     stored = read_group_meta(lay.directory, lay.name)
     if stored is not None:
         return stored
-    tmp = f"{lay.meta_path}.{os.getpid()}.tmp"
+    tmp = f"{lay.meta_path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     with open(tmp, "wb") as f:
         f.write(meta.encode())
         f.flush()

@@ -1,11 +1,14 @@
 """Blocking, thread-safe access to a queue: :class:`DiskQueue` and :class:`AckQueue` for sync code.
 
 The engine stays asyncio: every call is run as a coroutine on the event loop that owns
-the queue, and the calling thread blocks on its result. Two ways to get a facade:
+the queue, and the calling thread blocks on its result. The facades:
 
 * ``DiskQueue(directory, name, **options)`` opens the queue on an event-loop thread the
   facade starts and owns (uvloop with ``uvloop=True``); ``close()`` closes the queue and
   stops the thread.
+* ``QueueGroup(directory, name, **options)`` is a group producer for a WSGI worker
+  process (gunicorn, Django, Flask): it claims a shard of the group on a loop thread
+  it owns, and an asyncio consumer process reads the whole group.
 * ``DiskQueue.attach(async_queue, loop)`` wraps an open :class:`aiodiskqueue.DiskQueue`
   running on ``loop`` (by default the running loop of the caller), so worker threads and
   asyncio tasks share ONE open queue. The facade does not own the queue: its ``close()``
@@ -25,6 +28,7 @@ for itself): that raises :class:`LoopThreadError`.
 
 from ._ack import SyncAckQueue, SyncMessage
 from ._base import Empty, Full, LoopThreadError
+from ._group import SyncQueueGroup
 from ._queue import SyncDiskQueue
 
 DiskQueue = SyncDiskQueue
@@ -33,6 +37,8 @@ AckQueue = SyncAckQueue
 """``aiodiskqueue.sync.AckQueue``: the name as in the async package."""
 Message = SyncMessage
 """``aiodiskqueue.sync.Message``: the name as in the async package."""
+QueueGroup = SyncQueueGroup
+"""``aiodiskqueue.sync.QueueGroup``: a group producer (the name as in the async package)."""
 
-__all__ = ["AckQueue", "DiskQueue", "Empty", "Full", "LoopThreadError", "Message", "SyncAckQueue",
-           "SyncDiskQueue", "SyncMessage"]
+__all__ = ["AckQueue", "DiskQueue", "Empty", "Full", "LoopThreadError", "Message", "QueueGroup",
+           "SyncAckQueue", "SyncDiskQueue", "SyncMessage", "SyncQueueGroup"]

@@ -1,0 +1,96 @@
+"""Opening a group: its name checked against the plain queues, its meta stored once and
+compared, the group lock that serializes claiming, creating and removing shards."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from .._core.options import Options
+from .._format.layout import Layout, ack_log_files, queue_files
+from ..errors import (
+    GroupFormatError,
+    GroupNameConflict,
+    GroupOptionConflict,
+    ShardDamaged,
+)
+from .layout import GroupLayout, GroupMeta, create_group_meta
+
+
+def prepare_group(lay: GroupLayout, opts: Options) -> GroupMeta:
+    """Check that ``lay``'s name is no plain queue's, store the group meta if there is
+    none yet (creating the group directory) and check ``opts`` against it. Blocking.
+
+    Raises GroupNameConflict if a plain queue ``NAME`` has files in the directory,
+    GroupFormatError if the group meta is damaged or of another version (or the
+    group's path is not a directory), GroupOptionConflict naming the first option
+    that differs from the stored one, OSError if the files cannot be made.
+    """
+    plain = Layout(lay.directory, lay.name)
+    if queue_files(plain) or ack_log_files(lay.directory, lay.name):
+        raise GroupNameConflict(lay.directory, lay.name, "group")
+    if os.path.exists(lay.path) and not os.path.isdir(lay.path):
+        raise GroupFormatError(lay.path, "not a directory")
+    mine = GroupMeta(opts.max_bytes_per_file, opts.min_msg_size, opts.max_msg_size)
+    stored = create_group_meta(lay, mine)
+    diffs = mine.differences(stored)
+    if diffs:
+        option, have, want = diffs[0]
+        raise GroupOptionConflict(option, have, want, lay.meta_path)
+    return stored
+
+
+def check_shard(path: str) -> None:
+    """Raises ShardDamaged unless the shard at ``path`` is a directory this process may
+    read and write."""
+    if not os.path.isdir(path):
+        what = "is missing" if not os.path.lexists(path) else "is not a directory"
+        raise ShardDamaged(path, f"{what} (removed or replaced by hand?)")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise ShardDamaged(path, "is not readable and writable by this process")
+
+
+def finish_removals(lay: GroupLayout) -> None:
+    """Delete shards whose removal was cut short (renamed, not yet deleted); call with the
+    group lock held."""
+    for path in lay.removing():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class GroupLock:
+    """``group.lock``: held exclusively, briefly, to claim, create or remove a shard, so
+    that a producer never claims a shard a consumer is removing and two producers
+    never create the same one."""
+
+    __slots__ = ("_fd", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = -1
+
+    def _acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def _release(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    @asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Hold the lock (waiting in a thread for it) for the body of an ``async with``."""
+        await asyncio.to_thread(self._acquire)
+        try:
+            yield
+        finally:
+            self._release()
