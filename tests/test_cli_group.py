@@ -5,6 +5,7 @@ queue, give clear errors and change nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from aiodiskqueue import DiskQueue
+from aiodiskqueue import DiskQueue, QueueGroup
 from aiodiskqueue.group.layout import GroupMeta, create_group_meta, group_layout
 from aiodiskqueue.tools.cli import main
 
@@ -137,9 +138,10 @@ async def test_inspect_and_verify_a_group(tmp_path: Path,
 
 async def test_a_name_both_queue_and_group_is_an_error_and_changes_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    await make_group(tmp_path, "both", [[b"g"]])
+    # Made by hand: the queue first, then the group's files (each refuses the other).
     async with DiskQueue(tmp_path, "both") as q:
         await q.put(b"q")
+    await make_group(tmp_path, "both", [[b"g"]])
     before = snapshot(tmp_path)
     for cmd in ("stats", "inspect", "verify", "dump", "repair"):
         code, _, err = run(capsys, cmd, tmp_path, "both")
@@ -185,3 +187,29 @@ async def test_a_damaged_shard_and_group_meta_are_reported_not_fatal(
     code, out, _ = run(capsys, "inspect", tmp_path, "g")
     assert code == 0 and "meta      unreadable (not a group meta file" in out
     assert snapshot(tmp_path) == before
+
+
+async def test_ls_and_inspect_name_a_live_group_consumer_and_producers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p1 = await QueueGroup.open(tmp_path, "jobs", "producer")
+    p2 = await QueueGroup.open(tmp_path, "jobs", "producer")
+    c = await QueueGroup.open(tmp_path, "jobs", "consumer", sync_every=1)
+    try:
+        await p1.put_many([b"a", b"b"])
+        await p2.put_many([b"c"])
+        assert await asyncio.wait_for(c.get(), 10) in (b"a", b"c")
+        code, (entry,) = run_json(capsys, "ls", tmp_path)
+        assert code == 0
+        assert entry["members"] == [os.getpid()] and entry["producers"] == [os.getpid()]
+        assert [s["shard"] for s in entry["shards"]] == [0, 1]
+        assert entry["depth"] >= 2  # the consumer's taking is counted once it is stored
+        code, out, _ = run(capsys, "ls", tmp_path)
+        assert f"(group consumers: pids {os.getpid()})" in out
+        code, out, _ = run(capsys, "inspect", tmp_path, "jobs")
+        assert f"consumers 1 live: pids {os.getpid()}" in out
+    finally:
+        await c.aclose()
+        await p1.aclose()
+        await p2.aclose()
+    code, (entry,) = run_json(capsys, "ls", tmp_path)
+    assert (entry["members"], entry["producers"], entry["consumers"]) == ([], [], [])

@@ -158,9 +158,10 @@ async def test_consume_beside_a_live_producer_and_skip_a_held_shard(tmp_path: Pa
 
 
 async def test_a_name_both_queue_and_group_is_an_option_error(tmp_path: Path) -> None:
-    await add_shard(tmp_path, "ev", 0, [b"g"])
+    # Made by hand: the queue first, then the group's files (each refuses the other).
     async with DiskQueue(tmp_path, "ev") as q:
         await q.put(b"q")
+    await add_shard(tmp_path, "ev", 0, [b"g"])
     before = snapshot(tmp_path)
     want = (r"option 'name' names both a plain queue \(ev.diskqueue.\* files\) and a queue "
             r"group")

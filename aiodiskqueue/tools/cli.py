@@ -211,6 +211,7 @@ def _group_entry(group: GroupFiles) -> dict[str, Any]:
         "bytes": sum(s["bytes"] for s in shards),
         "bad_files": sum(s["bad_files"] for s in shards),
         "damaged_shards": list(group.damaged),
+        "members": list(group.members),
         "producers": sorted({s["roles"]["producer"]["pid"] for s in shards
                              if s["roles"]["producer"] is not None}),
         "consumers": sorted({s["roles"]["consumer"]["pid"] for s in shards
@@ -263,6 +264,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         label = f"{e['name']} (group, {len(e['shards'])} shard(s))"
         if e["meta"] != "ok":
             label += f" (group meta {e['meta']})"
+        if e["members"]:
+            label += f" (group consumers: pids {_pids(e['members'])})"
         if e["damaged_shards"]:
             label += f" (not a directory: {', '.join(e['damaged_shards'])})"
         rows.append([label, str(e["depth"]),
@@ -394,11 +397,14 @@ def _inspect_group(args: argparse.Namespace, group: GroupFiles) -> int:
     if args.json:
         _json_doc({"name": group.name, "kind": "group", "directory": group.directory,
                    "path": group.path, "meta": _group_meta_line(group), "depth": depth,
+                   "members": list(group.members),
                    "shards": [{**rep.to_dict(), "shard": label, "roles": roles.to_dict()}
                               for label, rep, roles in reports]})
         return EXIT_OK
     _out(f"group     {group.name} in {group.directory}")
     _out(f"meta      {_group_meta_line(group)}")
+    _out("consumers " + (f"{len(group.members)} live: pids {_pids(list(group.members))}"
+                         if group.members else "none live"))
     _out(f"shards    {len(reports)}, each a plain queue {group.name!r} in "
          f"{group.path}/SHARD ('inspect {group.path}/SHARD {group.name}' shows one in full)")
     if reports:

@@ -12,8 +12,16 @@ import os
 from dataclasses import dataclass
 
 from .._format.layout import Layout
+from .._format.probe import held_exclusively
 from ..errors import GroupFormatError, GroupNameConflict
-from ..group.layout import GroupMeta, group_layout, is_group, read_group_meta, shard_name
+from ..group.layout import (
+    GroupLayout,
+    GroupMeta,
+    group_layout,
+    is_group,
+    read_group_meta,
+    shard_name,
+)
 from .inspect import queue_exists
 
 
@@ -29,6 +37,7 @@ class GroupFiles:
     meta_error: str | None
     shards: dict[int, Layout]
     damaged: tuple[str, ...]  # shard names that are no directory (made by hand)
+    members: tuple[int, ...]  # pids of the group's live consumers (-1: pid unreadable)
 
     def shard_label(self, num: int) -> str:
         """``NAME/000003``: how the tools name a shard of this group."""
@@ -51,7 +60,23 @@ def group_files(directory: str, name: str) -> GroupFiles | None:
             shards[num] = lay.shard_layout(num)
         elif os.path.exists(path):
             damaged.append(os.path.basename(path))
-    return GroupFiles(directory, name, lay.path, meta, error, shards, tuple(damaged))
+    return GroupFiles(directory, name, lay.path, meta, error, shards, tuple(damaged),
+                      tuple(sorted(live_members(lay))))
+
+
+def live_members(lay: GroupLayout) -> list[int]:
+    """Pids of the group's live consumers: the member files whose flock is held (a
+    shared probe that blocks nobody), each holding its consumer's pid."""
+    out = []
+    for path in lay.members().values():
+        if not held_exclusively(path):
+            continue  # its consumer is gone (or the file just went)
+        try:
+            with open(path, "rb") as f:
+                out.append(int(f.read(32).split()[0]))
+        except (OSError, ValueError, IndexError):
+            out.append(-1)
+    return out
 
 
 def check_one_kind(directory: str, name: str) -> None:
