@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from aiodiskqueue import DiskQueue
+from aiodiskqueue import DiskQueue, QueueGroup
 from aiodiskqueue._format.meta import load_meta
 from aiodiskqueue.errors import ShardDamaged
 from aiodiskqueue.group.layout import GroupMeta, create_group_meta, group_layout
@@ -133,7 +133,9 @@ async def test_consume_beside_a_live_producer_and_skip_a_held_shard(tmp_path: Pa
     await add_shard(tmp_path, "ev", 0, [])
     await add_shard(tmp_path, "ev", 1, [b"held-%d" % i for i in range(5)])
     lay = group_layout(tmp_path, "ev")
-    prod = await DiskQueue.open(lay.shard_path(0), "ev", role="producer", sync_every=10_000)
+    # A group producer claims the first shard without a producer: shard 0.
+    prod = await QueueGroup.open(tmp_path, "ev", "producer", sync_every=10_000)
+    assert prod.shard == "000000"
     holder = await DiskQueue.open(lay.shard_path(1), "ev", role="consumer")
     try:
         await prod.put_many([b"live-%d" % i for i in range(40)])
