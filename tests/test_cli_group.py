@@ -213,3 +213,35 @@ async def test_ls_and_inspect_name_a_live_group_consumer_and_producers(
         await p2.aclose()
     code, (entry,) = run_json(capsys, "ls", tmp_path)
     assert (entry["members"], entry["producers"], entry["consumers"]) == ([], [], [])
+
+
+def test_stats_watch_adds_a_shard_that_appears_between_samples(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiodiskqueue.tools.cli as cli_module
+
+    asyncio.run(make_group(tmp_path, "g", [[b"x"] * 2]))
+    slept: list[float] = []
+
+    def new_shard_instead_of_sleeping(seconds: float) -> None:
+        # Between the first and the second sample, a producer makes shard 1.
+        slept.append(seconds)
+        lay = group_layout(tmp_path, "g")
+        os.makedirs(lay.shard_path(1))
+
+        async def put() -> None:
+            async with DiskQueue(lay.shard_path(1), "g", role="producer") as q:
+                await q.put_many([b"y"] * 5)
+
+        asyncio.run(put())
+
+    monkeypatch.setattr(cli_module.time, "sleep", new_shard_instead_of_sleeping)
+    code, out, _ = run(capsys, "stats", tmp_path, "g", "--watch", "--count", "2", "--json")
+    assert code == 0 and slept == [1.0]
+    first, second = (json.loads(ln) for ln in out.splitlines())
+    assert [(s["shard"], s["depth"]) for s in first["shards"]] == [("g/000000", 2)]
+    assert [(s["shard"], s["depth"]) for s in second["shards"]] == [("g/000000", 2),
+                                                                    ("g/000001", 5)]
+    assert (first["depth"], second["depth"]) == (2, 7)
+    # A new shard's first sample has no rate; the group's put rate is the old shards'.
+    assert second["shards"][1]["put_rate"] is None and second["put_rate"] == 0
