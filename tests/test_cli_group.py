@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +219,6 @@ async def test_ls_and_inspect_name_a_live_group_consumer_and_producers(
 def test_stats_watch_adds_a_shard_that_appears_between_samples(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import aiodiskqueue.tools.cli as cli_module
-
     asyncio.run(make_group(tmp_path, "g", [[b"x"] * 2]))
     slept: list[float] = []
 
@@ -235,7 +234,7 @@ def test_stats_watch_adds_a_shard_that_appears_between_samples(
 
         asyncio.run(put())
 
-    monkeypatch.setattr(cli_module.time, "sleep", new_shard_instead_of_sleeping)
+    monkeypatch.setattr(time, "sleep", new_shard_instead_of_sleeping)  # the CLI's interval
     code, out, _ = run(capsys, "stats", tmp_path, "g", "--watch", "--count", "2", "--json")
     assert code == 0 and slept == [1.0]
     first, second = (json.loads(ln) for ln in out.splitlines())

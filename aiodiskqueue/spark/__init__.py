@@ -9,8 +9,9 @@
 
 Batch read (changes nothing), streaming read (``consume=true`` releases what
 each committed batch read), batch and streaming write (all or nothing, under
-the queue's lock). Needs the ``spark`` extra (pyspark >= 4.2, pyarrow); ``import
-aiodiskqueue`` alone never imports pyspark.
+the queue's lock). A ``name`` that is a queue group (``path/NAME.group/``) is
+read and consumed as one source of all its shards. Needs the ``spark`` extra
+(pyspark >= 4.2, pyarrow); ``import aiodiskqueue`` alone never imports pyspark.
 """
 
 from __future__ import annotations

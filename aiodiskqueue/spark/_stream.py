@@ -34,6 +34,15 @@ Small ranges of many queues share a partition (``maxBytesPerPartition``).
 ``removeDrainedAfter`` removes a queue that is drained, unheld and unchanged for
 that many seconds.
 
+Queue groups
+------------
+A ``name`` with a group directory ``NAME.group/`` beside it selects the group's
+shards (:mod:`._group`), keyed ``NAME/000003``: each trigger lists the group
+directory, so a shard a new producer process made is read from the next
+micro-batch on, and a shard the group removed (drained) drops out. Consuming
+works per shard as below; a shard whose consumer role another process holds (a
+``QueueGroup`` consumer) is skipped, as a glob's busy queue is.
+
 Queues open in a live DiskQueue
 -------------------------------
 A queue whose producer is live in another process (a DiskQueue opened with
