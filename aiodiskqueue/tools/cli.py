@@ -741,7 +741,9 @@ def build_parser() -> argparse.ArgumentParser:
                   progress: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
         p.add_argument("directory", metavar="DIR", help="directory holding the queue's files")
-        p.add_argument("name", metavar="NAME", help="queue name (the file name prefix)")
+        p.add_argument("name", metavar="NAME",
+                       help="queue name (the file name prefix); stats, inspect and verify "
+                            "also take a queue group's name")
         p.add_argument("--json", action="store_true", help=json_help)
         p.add_argument("--min-msg-size", type=_nonneg_int, default=0, metavar="N",
                        help="smallest valid message, as the queue was opened (default 0)")
@@ -752,8 +754,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="no progress bar, even on a terminal")
         return p
 
-    p = sub.add_parser("ls", help="list the queues in a directory",
-                       description="List every queue in a directory.")
+    p = sub.add_parser("ls", help="list the queues and queue groups in a directory",
+                       description="List every queue in a directory, and every queue group "
+                                   "(NAME.group/) as one entry with its shards.")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--json", action="store_true", help="a JSON list of objects")
     p.set_defaults(func=cmd_ls)
