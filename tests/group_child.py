@@ -5,10 +5,12 @@ Each prints one line per event, flushed, so the parent can read as it goes:
 * ``produce DIR NAME START``: open a group producer, print ``READY shard``, then put
   ``b"shard:i"`` for i = START, START+1, ... forever, printing ``P shard:i`` after each
   ``put()`` returns.
-* ``consume DIR NAME SYNC_EVERY``: open a group consumer (its shards store their read
-  positions every SYNC_EVERY gets), print ``READY``, then ``G shard:i`` after each get.
-* ``drain DIR NAME``: as ``consume``, until nothing came for a while and the consumer
-  holds every shard with nothing left; then close and print ``DONE``.
+* ``consume DIR NAME SYNC_EVERY [ack]``: open a group consumer (its shards store their
+  read positions every SYNC_EVERY gets), print ``READY``, then ``G shard:i`` after each
+  get. With ``ack``: an AckQueueGroup (``sync_every=1``), and ``F shard:i`` after each
+  ``finish()`` returned (durable).
+* ``drain DIR NAME [ack]``: as ``consume``, until nothing came for a while and the
+  consumer holds every shard with nothing left; then close and print ``DONE``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from aiodiskqueue import QueueGroup
+from aiodiskqueue import AckQueueGroup, QueueGroup
 from aiodiskqueue.group.layout import group_layout
 
 
@@ -49,18 +51,42 @@ async def consume(directory: str, name: str, sync_every: int) -> None:
             out(f"G {m.decode()}")
 
 
-async def drain(directory: str, name: str) -> None:
+async def ack_consume(directory: str, name: str) -> None:
+    async with AckQueueGroup(directory, name, "consumer", sync_every=1) as g:
+        out("READY")
+        async for m in g:
+            out(f"G {m.body.decode()}")
+            await m.finish()
+            out(f"F {m.body.decode()}")
+
+
+async def drain(directory: str, name: str, ack: bool) -> None:
     lay = group_layout(directory, name)
-    async with QueueGroup(directory, name, "consumer", sync_every=100) as g:
+    if ack:
+        ag = AckQueueGroup(directory, name, "consumer", sync_every=1)
+
+        async def one() -> None:
+            m = await asyncio.wait_for(ag.get(), 2.0)
+            out(f"G {m.body.decode()}")
+            await m.finish()
+            out(f"F {m.body.decode()}")
+
+        g: QueueGroup | AckQueueGroup = ag
+    else:
+        qg = QueueGroup(directory, name, "consumer", sync_every=100)
+
+        async def one() -> None:
+            out(f"G {(await asyncio.wait_for(qg.get(), 2.0)).decode()}")
+
+        g = qg
+    async with g:
         out("READY")
         while True:
             try:
-                m = await asyncio.wait_for(g.get(), 2.0)
+                await one()
             except TimeoutError:
                 if g.qsize() == 0 and len(g.shards) == len(lay.shards()):
                     break
-                continue
-            out(f"G {m.decode()}")
     out("DONE")
 
 
@@ -68,10 +94,12 @@ def main() -> None:
     mode, directory, name, *rest = sys.argv[1:]
     if mode == "produce":
         asyncio.run(produce(directory, name, int(rest[0])))
+    elif mode == "consume" and rest[1:] == ["ack"]:
+        asyncio.run(ack_consume(directory, name))
     elif mode == "consume":
         asyncio.run(consume(directory, name, int(rest[0])))
     elif mode == "drain":
-        asyncio.run(drain(directory, name))
+        asyncio.run(drain(directory, name, rest == ["ack"]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

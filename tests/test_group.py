@@ -12,6 +12,7 @@ import pytest
 from helpers_format import read_queue
 
 from aiodiskqueue import (
+    AckQueue,
     AckQueueGroup,
     DiskQueue,
     GroupFormatError,
@@ -23,6 +24,7 @@ from aiodiskqueue import (
     RoleError,
     ShardDamaged,
 )
+from aiodiskqueue.group._setup import GroupLock
 from aiodiskqueue.group.layout import group_layout
 
 WAIT = 20.0
@@ -42,9 +44,10 @@ async def _gets(g: QueueGroup, n: int) -> list[bytes]:
     return [await asyncio.wait_for(g.get(), WAIT) for _ in range(n)]
 
 
-def _tree(path: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file()}
+def _tree(path: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every directory (None) under ``path``."""
+    return {str(p.relative_to(path)): p.read_bytes() if p.is_file() else None
+            for p in sorted(path.rglob("*"))}
 
 
 # ---------------------------------------------------------------------- producers
@@ -226,6 +229,18 @@ async def test_retention_keeps_unread_shards_and_waits_its_time(tmp_path: Path) 
         assert p.shard == "000000" and p.qsize() == 0
 
 
+async def test_removal_waits_for_the_group_lock_producers_claim_under(tmp_path: Path) -> None:
+    lay = group_layout(tmp_path, "ev")
+    await _producers(tmp_path, 1, 1)
+    lock = GroupLock(lay.lock_path)
+    async with QueueGroup(tmp_path, "ev", "consumer", retention=0.0) as c:
+        assert await _gets(c, 1) == [b"0-0"]
+        async with lock.held():  # as a producer claiming a shard holds it
+            await asyncio.sleep(1.5)
+            assert list(lay.shards()) == [0]
+        await _until(lambda: list(lay.shards()) == [], "the removal once the lock is free")
+
+
 # ---------------------------------------------------------------------- AckQueueGroup
 
 
@@ -252,18 +267,24 @@ async def test_ack_group_hands_over_after_in_flight_settles(tmp_path: Path) -> N
     async with AckQueueGroup(tmp_path, "ev") as p1, AckQueueGroup(tmp_path, "ev") as p2:
         await p1.put(b"x")
         await p2.put(b"y")
-    c1 = await AckQueueGroup.open(tmp_path, "ev", "consumer", settle_timeout=WAIT)
-    m = await asyncio.wait_for(c1.get(), WAIT)
-    c2 = await AckQueueGroup.open(tmp_path, "ev", "consumer")
-    await asyncio.sleep(0.3)
-    assert len(c1.shards) == 1 or m.body is not None  # releasing stops takes at once
-    await m.finish()
-    await _until(lambda: len(c1.shards) == 1 and len(c2.shards) == 1, "a share each")
-    rest = [c for c in (c1, c2) if c.qsize()]
-    assert len(rest) == 1
-    other = await asyncio.wait_for(rest[0].get(), WAIT)
-    assert {m.body, other.body} == {b"x", b"y"}
-    await other.finish()
+    c1 = await AckQueueGroup.open(tmp_path, "ev", "consumer", settle_timeout=WAIT,
+                                  sync_every=1)
+    await _until(lambda: c1.qsize() == 2, "both messages ready")
+    x = await asyncio.wait_for(c1.get(), WAIT)
+    y = await asyncio.wait_for(c1.get(), WAIT)
+    assert (x.body, y.body) == (b"x", b"y")  # shards take turns: y is shard 000001's
+    await x.finish()
+    c2 = await AckQueueGroup.open(tmp_path, "ev", "consumer", sync_every=1)
+    # c1 hands shard 000001 over: no more takes from it at once, but the role stays
+    # c1's while y is in flight.
+    await _until(lambda: c1.shards == ["000000"], "shard 000001 leaving c1's turns")
+    await asyncio.sleep(0.5)
+    assert c2.shards == []
+    await y.finish()
+    await _until(lambda: c2.shards == ["000001"], "the hand-over after y settled")
+    assert c2.qsize() == 0
+    with pytest.raises(QueueEmpty):
+        c2.get_nowait()  # y was finished: not delivered again
     await c1.aclose()
     await c2.aclose()
 
@@ -288,7 +309,11 @@ async def test_a_group_and_a_plain_queue_of_one_name_conflict(tmp_path: Path) ->
     with pytest.raises(GroupNameConflict):
         async with DiskQueue(tmp_path, "grp"):
             pass
+    for role in ("both", "producer", "consumer"):
+        with pytest.raises(GroupNameConflict):
+            await AckQueue.open(tmp_path, "grp", role=role)
     assert _tree(tmp_path) == before
+
 
 
 async def test_group_meta_of_another_version_or_options(tmp_path: Path) -> None:

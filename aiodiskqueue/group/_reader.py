@@ -199,8 +199,11 @@ class GroupReader(Generic[Q, T]):
 
     async def _try_take_shard(self, num: int, path: str, strict: bool) -> Owned[Q] | None:
         assert self._loop is not None
+        if holder_pid(Layout(path, self.lay.name).role_path("consumer")) is not None:
+            return None  # another consumer's: a probe, cheaper than an open that fails
         try:
-            check_shard(path)
+            if not check_shard(path):
+                return None  # removed since it was listed
             try:
                 q = await self.hooks.open(path)
             except (QueueLocked, QueueNotFound):

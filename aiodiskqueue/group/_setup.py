@@ -44,14 +44,20 @@ def prepare_group(lay: GroupLayout, opts: Options) -> GroupMeta:
     return stored
 
 
-def check_shard(path: str) -> None:
-    """Raises ShardDamaged unless the shard at ``path`` is a directory this process may
-    read and write."""
+def check_shard(path: str) -> bool:
+    """Whether the shard at ``path`` is there: False if it is gone (removed by a consumer's
+    retention, or by hand, since it was listed).
+
+    Raises ShardDamaged if it is not a directory, or one this process may not read and
+    write.
+    """
+    if not os.path.lexists(path):
+        return False
     if not os.path.isdir(path):
-        what = "is missing" if not os.path.lexists(path) else "is not a directory"
-        raise ShardDamaged(path, f"{what} (removed or replaced by hand?)")
+        raise ShardDamaged(path, "is not a directory (replaced by hand?)")
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
         raise ShardDamaged(path, "is not readable and writable by this process")
+    return True
 
 
 def finish_removals(lay: GroupLayout) -> None:

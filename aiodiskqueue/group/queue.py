@@ -11,7 +11,8 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, final
 
 from .._core.options import Options, check_name, number
-from .._format.roles import check_role
+from .._format.layout import Layout
+from .._format.roles import check_role, holder_pid
 from ..ack import AckQueue, Message
 from ..ack.options import AckOptions
 from ..errors import DiskQueueError, QueueClosed, QueueLocked, RoleError
@@ -96,8 +97,11 @@ class _Group(Generic[Q, T]):
         async with GroupLock(lay.lock_path).held():
             await asyncio.to_thread(finish_removals, lay)
             shards = lay.shards()
-            for num, path in shards.items():
-                check_shard(path)
+            # Every shard checked before any is opened: a damaged one changes nothing.
+            present = {num: path for num, path in shards.items() if check_shard(path)}
+            for num, path in present.items():
+                if holder_pid(Layout(path, lay.name).role_path("producer")) is not None:
+                    continue  # a live producer's: a probe, cheaper than an open that fails
                 try:
                     self._producer = await self._open_shard(path, "producer")
                 except QueueLocked:
