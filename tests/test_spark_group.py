@@ -22,7 +22,7 @@ from aiodiskqueue import DiskQueue, QueueGroup
 from aiodiskqueue._format.meta import load_meta
 from aiodiskqueue.errors import ShardDamaged
 from aiodiskqueue.group.layout import GroupMeta, create_group_meta, group_layout
-from aiodiskqueue.spark import DiskQueueDataSource, OptionError
+from aiodiskqueue.spark import DiskQueueDataSource, GroupBusy, OptionError
 from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition
 from aiodiskqueue.spark._stream import DiskQueueStreamReader
 
@@ -233,3 +233,27 @@ def test_query_reads_and_consumes_a_group(spark: SparkSession, tmp_path: Path) -
     for num in range(4):
         meta = load_meta(group_layout(qdir, "ev").shard_layout(num).meta_path)
         assert meta is not None and meta.depth == 0
+
+
+async def test_consuming_a_group_its_group_consumers_read_is_group_busy(
+        tmp_path: Path) -> None:
+    await add_shard(tmp_path, "ev", 0, [b"x"] * 3)
+    stream = source(tmp_path, "ev", consume="true").streamReader(None)  # type: ignore[arg-type]
+    start = stream.initialOffset()
+    member = await QueueGroup.open(tmp_path, "ev", "consumer")
+    try:
+        want = (rf"cannot consume queue group 'ev' in {tmp_path}: group consumer process\(es\) "
+                rf"{os.getpid()} read it")
+        # A group consumer that joins a running stream fails its next trigger ...
+        with pytest.raises(GroupBusy, match=want):
+            stream.latestOffset(start, ReadAllAvailable())
+        # ... and one that is there already, the stream's start.
+        with pytest.raises(GroupBusy, match=want):
+            source(tmp_path, "ev", consume="true").streamReader(None)  # type: ignore[arg-type]
+        # Reading without consuming takes nothing from them.
+        reader = source(tmp_path, "ev").reader(None)  # type: ignore[arg-type]
+        assert len(batch_rows(reader, reader.partitions())) == 3
+    finally:
+        await member.aclose()
+    stream = source(tmp_path, "ev", consume="true").streamReader(None)  # type: ignore[arg-type]
+    assert stream.initialOffset() == {"ev/000000": [0, 0]}

@@ -27,7 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ._consume import QueueBusy
 from ._errors import DataLoss, PathNotFound, SchemaMismatch
-from ._group import resolve
+from ._group import GroupBusy, resolve
 from ._options import OptionError, SourceOptions, check_use, parse_options
 from ._reader import DiskQueueReader, project, schema_for
 from ._stream import DiskQueueStreamReader
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataLoss",
     "DiskQueueDataSource",
+    "GroupBusy",
     "OptionError",
     "PathNotFound",
     "QueueBusy",

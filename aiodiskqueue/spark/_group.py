@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from .._format.layout import queue_names
-from ..errors import ShardDamaged
+from ..errors import DiskQueueError, QueueLocked, ShardDamaged
 from ..group.layout import group_layout, is_group, shard_name
+from ..tools.group import live_members
 from ._listing import Lister, Listing, QueueFiles
 from ._options import OptionError, SourceOptions, is_glob
 
@@ -45,6 +46,34 @@ def resolve(options: SourceOptions, use: str) -> SourceOptions:
         raise OptionError("removeDrainedAfter", "does not apply to a queue group: the group "
                                                 "removes its drained shards itself")
     return replace(options, group=True)
+
+
+class GroupBusy(QueueLocked):
+    """A stream would consume a queue group that group consumers (``QueueGroup`` with
+    ``role="consumer"``) read: both would take the same messages."""
+
+    def __init__(self, options: SourceOptions, pids: list[int]) -> None:
+        lay = group_layout(options.path, options.name)
+        who = ", ".join(str(p) for p in pids)
+        DiskQueueError.__init__(
+            self, f"cannot consume queue group {options.name!r} in {options.path}: group "
+                  f"consumer process(es) {who} read it (member files in {lay.path}); a "
+                  "group's messages go to one consumer: stop them, or read without consume")
+        self.path = lay.path
+        self.pid = pids[0] if pids else None
+
+
+def check_no_group_consumers(options: SourceOptions) -> None:
+    """Consume mode on a group: raises GroupBusy if group consumers are live.
+
+    The group consumers take free shards whenever they look (and every shard of a
+    consumer that is gone), between a micro-batch's planning and its commit too: a
+    stream beside them would deliver what they deliver.
+    """
+    if options.consume and options.group:
+        pids = live_members(group_layout(options.path, options.name))
+        if pids:
+            raise GroupBusy(options, sorted(pids))
 
 
 def shard_key(name: str, num: int) -> str:

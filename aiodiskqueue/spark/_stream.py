@@ -40,8 +40,10 @@ A ``name`` with a group directory ``NAME.group/`` beside it selects the group's
 shards (:mod:`._group`), keyed ``NAME/000003``: each trigger lists the group
 directory, so a shard a new producer process made is read from the next
 micro-batch on, and a shard the group removed (drained) drops out. Consuming
-works per shard as below; a shard whose consumer role another process holds (a
-``QueueGroup`` consumer) is skipped, as a glob's busy queue is.
+works per shard as below; a shard whose consumer role another process holds is
+skipped, as a glob's busy queue is. A group with live group consumers
+(``QueueGroup`` with ``role="consumer"``) is not consumed at all (``GroupBusy``):
+they take free shards at any moment, so both would deliver the same records.
 
 Queues open in a live DiskQueue
 -------------------------------
@@ -97,7 +99,7 @@ from .._format.roles import published_record
 from ._consume import QueueBusy, consume_blocker, release, remove_drained, wait_unheld
 from ._errors import PathNotFound
 from ._files import Lost, Pos, QueueView, spans_between, view_queue
-from ._group import lister_for
+from ._group import check_no_group_consumers, lister_for
 from ._listing import Listing, QueueFiles, check_directory
 from ._options import SourceOptions
 from ._ranges import advance
@@ -131,6 +133,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._held: set[str] = set()
         self._next = ""  # the queue the next trigger starts with (the first one at or after)
         check_directory(options.path, options.name)
+        check_no_group_consumers(options)
 
     # ------------------------------------------------------------- helpers
 
@@ -266,6 +269,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         gone and ``failOnDataLoss`` is true.
         """
         opts = self.options
+        check_no_group_consumers(opts)
         if opts.consume and start:
             self._release(start)
         listing = self._list()
