@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -55,12 +56,15 @@ class AuthServer:
         self.mode = ""
         self.grants = dict(GRANTS)
         self.port = 0
+        self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         self.queries.append(dict(request.query))
         if self.mode == "slow":
-            await asyncio.sleep(10)
+            # 10 s, or until the server closes (its clean-up waits for this handler).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), 10)
         if self.mode == "garbage":
             return web.Response(body=b"<html>not json</html>")
         if self.mode == "error":
@@ -89,6 +93,7 @@ class AuthServer:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
     async def aclose(self) -> None:
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
 

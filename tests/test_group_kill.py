@@ -149,7 +149,7 @@ async def test_group_kill_producers_and_consumers(tmp_path: Path, ack: bool) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize("ack", [False, True], ids=["QueueGroup", "AckQueueGroup"])
 async def test_group_kill_many_cycles(tmp_path: Path, ack: bool) -> None:
-    cycles = int(os.environ.get(CYCLES_ENV, "20"))
+    cycles = int(os.environ.get(CYCLES_ENV, "12"))
     run = await _run(tmp_path, cycles=cycles, seed=random.randrange(1 << 30), ack=ack)
     acked, dups = _check(run, ack)
     print(f"group kill ({'ack' if ack else 'plain'}): {cycles} cycles, kills {run.kills}, "

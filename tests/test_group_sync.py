@@ -71,6 +71,9 @@ async def test_threads_of_two_workers_put_at_once(tmp_path: Path) -> None:
     assert got.count(b"last") == 2
 
 
+# Python 3.12+ warns of fork() beside threads: this test forks beside the loop thread
+# on purpose (the child only checks and exits).
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_process_must_open_its_own(tmp_path: Path) -> None:
     g = SyncQueueGroup(tmp_path, "jobs")
     try:

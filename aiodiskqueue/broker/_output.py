@@ -42,6 +42,9 @@ class ReplyWriter:
         """Frames stay queued, unwritten: the stream is being upgraded to TLS."""
         self._encode: Callable[[bytes], bytes] | None = None
         """The connection's compression, applied to each write."""
+        self._orphaned = False
+        """A failed TLS upgrade closed the socket behind the stream's back: the stream
+        is never told, so waiting for it to close would wait forever."""
 
     def hold(self) -> None:
         """Write nothing until :meth:`release` (a TLS handshake runs on the stream)."""
@@ -80,6 +83,7 @@ class ReplyWriter:
         try:
             await self.writer.start_tls(ctx, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
         except (ssl.SSLError, OSError, TimeoutError) as exc:
+            self._orphaned = True
             raise BadStream(f"TLS handshake failed: {exc}") from None
         session: ssl.SSLObject = self.writer.get_extra_info("ssl_object")
         self.release()
@@ -94,6 +98,12 @@ class ReplyWriter:
     def close(self) -> None:
         """Close the connection from the server side."""
         self.writer.close()
+
+    async def wait_closed(self) -> None:
+        """Close the connection and wait until its socket is closed."""
+        self.writer.close()
+        if not self._orphaned:
+            await self.writer.wait_closed()
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` for the socket; everything queued in one loop iteration is one write."""

@@ -267,8 +267,7 @@ class Connection(DeliveryPump):
         self._flush()
         self._closed = True
         with contextlib.suppress(Exception):
-            self.writer.close()
-            await self.writer.wait_closed()
+            await self.wait_closed()
 
     def _run_heartbeat(self) -> Coroutine[Any, Any, None]:
         return _run_heartbeat(self)

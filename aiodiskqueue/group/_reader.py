@@ -272,11 +272,15 @@ class GroupReader(Generic[Q, T]):
 
     async def _expire(self, retention: float) -> None:
         assert self._loop is not None
+        # The highest-numbered shard stays: a new shard is numbered after it, so no
+        # number is ever used twice (a reader that kept a shard's position by its name,
+        # as a Spark checkpoint does, never meets a new queue under an old name).
+        last = max(self.lay.shards(), default=-1)
         for o in list(self._order):
             now = self._loop.time()
             lay = Layout(o.path, self.lay.name)
-            if (o.q.qsize() or self.hooks.in_flight(o.q) or self.hooks.kept(o.q)
-                    or holder_pid(lay.role_path("producer")) is not None):
+            if (o.num >= last or o.q.qsize() or self.hooks.in_flight(o.q)
+                    or self.hooks.kept(o.q) or holder_pid(lay.role_path("producer")) is not None):
                 o.idle_since = now
             elif now - o.idle_since >= retention and not self.closing:
                 await self._remove(o)
@@ -332,7 +336,7 @@ class GroupReader(Generic[Q, T]):
         """The error of a take from a closed group."""
         return QueueClosed(f"queue group {self.lay.name!r} in {self.lay.directory!r} is closed")
 
-    def take(self) -> T:
+    def take(self, take: Callable[[Q], T] | None = None) -> T:
         """The next message, the shards taking turns (one message each per turn, so a busy
         shard cannot starve the others; FIFO within a shard).
 
@@ -342,7 +346,7 @@ class GroupReader(Generic[Q, T]):
             raise self.closed_error()
         order = self._order
         n = len(order)
-        take = self.hooks.take
+        take = take or self.hooks.take
         start = self._next
         for i in range(n):
             k = (start + i) % n
@@ -375,14 +379,14 @@ class GroupReader(Generic[Q, T]):
                     if not w.cancelled():
                         w.exception()
 
-    async def get(self) -> T:
+    async def get(self, take: Callable[[Q], T] | None = None) -> T:
         """The next message, waiting for one. Cancelling it takes nothing.
 
         Raises QueueClosed once closed.
         """
         while True:
             try:
-                return self.take()
+                return self.take(take)
             except QueueEmpty:
                 pass
             await self.wait()

@@ -72,31 +72,38 @@ class GroupLock:
     that a producer never claims a shard a consumer is removing and two producers
     never create the same one."""
 
-    __slots__ = ("_fd", "path")
+    __slots__ = ("path",)
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._fd = -1
 
-    def _acquire(self) -> None:
+    def _acquire(self) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
-
-    def _release(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        return fd
 
     @asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
-        """Hold the lock (waiting in a thread for it) for the body of an ``async with``."""
-        await asyncio.to_thread(self._acquire)
+        """Hold the lock (waiting in a thread for it) for the body of an ``async with``.
+
+        Cancelled while waiting, it lets go of the lock as soon as the thread gets it.
+        """
+        task = asyncio.ensure_future(asyncio.to_thread(self._acquire))
+        try:
+            fd = await asyncio.shield(task)
+        except BaseException:
+            task.add_done_callback(_close_taken)
+            raise
         try:
             yield
         finally:
-            self._release()
+            os.close(fd)  # drops the flock
+
+
+def _close_taken(task: asyncio.Future[int]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        os.close(task.result())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any, Generic, TypeVar, final
 
@@ -286,7 +286,8 @@ class QueueGroup(_Group[DiskQueue, bytes]):
 
     ``retention`` (seconds, None: never): a consumer removes a shard it holds that has
     had no producer and nothing unread (and, for an AckQueueGroup, nothing in flight,
-    deferred or dead-lettered) for that long. ``settle_timeout``: how long a shard
+    deferred or dead-lettered) for that long, but never the highest-numbered shard (new
+    shards are numbered after it: no number is used twice). ``settle_timeout``: how long a shard
     being handed over waits for its messages in flight to settle before it is
     closed (those still out are delivered again by the next owner).
 
@@ -386,6 +387,7 @@ class AckQueueGroup(_Group[AckQueue, Message]):
         o = AckOptions.from_keywords("AckQueueGroup",
                                      {k: v for k, v in options.items() if k != "clock"})
         self._options = options
+        self._max_msg_timeout = o.max_msg_timeout
         super().__init__(directory, name, role, retention,
                          o.msg_timeout if settle_timeout is None else settle_timeout,
                          o.data_options())
@@ -413,6 +415,38 @@ class AckQueueGroup(_Group[AckQueue, Message]):
             return await self._open_shard(path, "consumer")
 
         return ShardHooks(open_consumer, _ack_take, _ack_in_flight, _ack_keeps)
+
+    def get_nowait(self, *, msg_timeout: float | None = None) -> Message:
+        """Deliver a message ready in one of this consumer's shards, the shards taking
+        turns; FIFO within each shard. ``msg_timeout`` as for :meth:`get`.
+
+        Raises QueueEmpty if none is ready (or each shard has ``max_in_flight`` out),
+        QueueClosed once closed, RoleError on a producer, ValueError for a bad
+        ``msg_timeout``.
+        """
+        reader = self._the_reader("get_nowait()")
+        return reader.take(self._taker(msg_timeout))
+
+    async def get(self, *, msg_timeout: float | None = None) -> Message:
+        """Deliver the next message of this consumer's shards, waiting for one; it is in
+        flight until finished, requeued or timed out (``AckQueue.get()``). Shards take
+        turns; order is FIFO within a shard. ``msg_timeout`` overrides the queue's for
+        this delivery (at most ``max_msg_timeout``). Cancelling it delivers nothing.
+
+        Raises QueueClosed once closed, RoleError on a producer, ValueError for a bad
+        ``msg_timeout``.
+        """
+        reader = self._the_reader("get()")
+        return await reader.get(self._taker(msg_timeout))
+
+    def _taker(self, msg_timeout: float | None) -> Callable[[AckQueue], Message] | None:
+        if msg_timeout is None:
+            return None
+        t = number("msg_timeout", msg_timeout, positive=True)
+        if t > self._max_msg_timeout:
+            raise ValueError(f"msg_timeout must be <= max_msg_timeout={self._max_msg_timeout}, "
+                             f"got {msg_timeout}")
+        return lambda q: q.get_nowait(msg_timeout=t)
 
     async def put(self, body: bytes | bytearray | memoryview) -> None:
         """Publish ``body`` into this producer's shard (``AckQueue.put()`` of a producer).
