@@ -301,3 +301,16 @@ def test_readme_table_small_run_prints_the_readme_table_from_its_run(tmp_path: P
                            check=False)
     assert again.returncode == 0, again.stderr
     assert [ln for ln in again.stdout.splitlines() if ln.startswith("|")] == table
+
+
+def test_bench_group_prints_every_row_checked() -> None:
+    # bench/bench_group.py, tiny: group producers and consumers in processes of their own,
+    # beside multiprocessing.Queue; every row's messages came once, in order per producer.
+    cmd = [sys.executable, str(BENCH / "bench_group.py"), "--n", "2000", "--loop", "asyncio"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [[c.strip() for c in ln.strip("|").split("|")]
+            for ln in proc.stdout.splitlines()[3:] if ln.startswith("|")]
+    assert [r[0] for r in rows] == [label for label, *_ in _load("bench_group").ROWS]
+    assert all(float(r[1]) > 0 and float(r[4]) > 0 and r[5] == "ok" for r in rows), rows

@@ -1,10 +1,11 @@
 """examples/web_ingest.py: 202 only after the put returned, the worker drains, the
-load run stops."""
+load run stops; ``serve --workers 2`` writes one group that its consumer process drains."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 from aiohttp import ClientSession, web
 
 from aiodiskqueue import DiskQueue
+from aiodiskqueue._format.meta import load_meta
+from aiodiskqueue.group.layout import group_layout
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "web_ingest.py"
 
@@ -91,3 +94,38 @@ async def test_load_generator_is_bounded(service: tuple[str, DiskQueue]) -> None
     result = await web_ingest.load(url + "/ingest", 60, 6, 100)
     assert (result.requests, result.errors) == (60, 0)
     assert result.p99_ms >= result.p50_ms > 0
+
+
+@pytest.mark.slow  # 3-8 s here: three spawned processes start Python and aiohttp
+async def test_serve_workers_writes_one_group_drained_by_a_consumer_process(
+        tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLE), "serve", "--data-dir", str(tmp_path), "--port", "0",
+        "--workers", "2", stdout=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert line.startswith("LISTENING "), line
+        url = f"http://127.0.0.1:{line.split()[1]}"
+        async with ClientSession() as s:
+            for i in range(40):
+                async with s.post(url + "/ingest", data=b"event %d" % i) as resp:
+                    assert resp.status == 202
+            for _ in range(3000):  # the consumer process's count, bounded
+                async with s.get(url + "/stats") as resp:
+                    stats = await resp.json()
+                if stats["processed"] == 40:
+                    break
+                await asyncio.sleep(0.01)
+        # Every worker answers with the counts of all processes.
+        assert (stats["accepted"], stats["processed"], stats["pending"]) == (40, 40, 0)
+        assert stats["shard"] in ("000000", "000001")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    # Each worker process claimed a shard of its own before it served.
+    shards = group_layout(tmp_path, "ingest").shards()
+    assert len(shards) == 2
+    for num in shards:
+        meta = load_meta(group_layout(tmp_path, "ingest").shard_layout(num).meta_path)
+        assert meta is not None and meta.depth == 0  # the consumer stored its positions

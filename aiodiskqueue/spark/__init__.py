@@ -9,8 +9,9 @@
 
 Batch read (changes nothing), streaming read (``consume=true`` releases what
 each committed batch read), batch and streaming write (all or nothing, under
-the queue's lock). Needs the ``spark`` extra (pyspark >= 4.2, pyarrow); ``import
-aiodiskqueue`` alone never imports pyspark.
+the queue's lock). A ``name`` that is a queue group (``path/NAME.group/``) is
+read and consumed as one source of all its shards. Needs the ``spark`` extra
+(pyspark >= 4.2, pyarrow); ``import aiodiskqueue`` alone never imports pyspark.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ._consume import QueueBusy
 from ._errors import DataLoss, PathNotFound, SchemaMismatch
+from ._group import GroupBusy, resolve
 from ._options import OptionError, SourceOptions, check_use, parse_options
 from ._reader import DiskQueueReader, project, schema_for
 from ._stream import DiskQueueStreamReader
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataLoss",
     "DiskQueueDataSource",
+    "GroupBusy",
     "OptionError",
     "PathNotFound",
     "QueueBusy",
@@ -59,7 +62,8 @@ class DiskQueueDataSource(DataSource):
     def _options(self, use: str | None = None) -> SourceOptions:
         if use is not None:
             check_use(self.options, use)
-        return parse_options(self.options)
+        options = parse_options(self.options)
+        return options if use is None else resolve(options, use)
 
     def schema(self) -> str:
         """``name, file_num, offset, payload`` (+ ``id, timestamp, attempts, body`` for nsq)."""

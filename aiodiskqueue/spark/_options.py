@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._core.options import DEFAULTS, MiB, Options, check_name
+from .._format.layout import Layout
 from ..errors import DiskQueueError
+from ..group.layout import group_layout, parse_shard
 
 FORMATS = ("raw", "nsq")
 OPEN_COST = 4 * MiB  # the smallest share of a read split for parallelism, unless asked
@@ -131,6 +133,27 @@ class SourceOptions:
     checkpoint_location: str | None = None
     fail_on_data_loss: bool = True
     remove_drained_after: float | None = None
+    group: bool = False  # ``name`` names a queue group (set by ``_group.resolve``)
+
+    @property
+    def many(self) -> bool:
+        """Whether ``name`` selects several queues (a glob, or a group's shards): a
+        busy one is then skipped for a while, not waited for."""
+        return self.group or is_glob(self.name)
+
+    def layout(self, queue: str) -> Layout:
+        """Where the files of selected queue ``queue`` are: ``queue`` in ``path``, or for
+        a group the shard ``queue`` names (``NAME/000003``).
+
+        Raises ValueError if ``queue`` names no shard of the group.
+        """
+        if not self.group:
+            return Layout(self.path, queue)
+        prefix, _, shard = queue.rpartition("/")
+        num = parse_shard(shard)
+        if prefix != self.name or num is None:
+            raise ValueError(f"{queue!r} names no shard of group {self.name!r}")
+        return group_layout(self.path, self.name).shard_layout(num)
 
     @property
     def nsq(self) -> bool:

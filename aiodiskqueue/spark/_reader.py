@@ -20,10 +20,10 @@ from pyspark.sql.types import (
 )
 
 from .._format.codec import HEADER_SIZE
-from .._format.layout import Layout
 from ._errors import DataLoss, PathNotFound, SchemaMismatch, repair_advice
 from ._files import FileSpan, Lost, QueueView, iter_records, view_queue
-from ._listing import Listing, list_queues
+from ._group import lister_for
+from ._listing import Listing
 from ._nsq import decode
 from ._options import SourceOptions
 from ._ranges import iter_blocks, split_span
@@ -93,7 +93,7 @@ def group_spans(options: SourceOptions, planned: list[tuple[str, list[FileSpan]]
     cur: list[tuple[str, FileSpan]] = []
     size = 0
     for queue, spans in planned:
-        layout = Layout(options.path, queue)
+        layout = options.layout(queue)
         for big in spans:
             for span in split_span(layout, big, target, options.min_msg_size,
                                    options.max_msg_size):
@@ -143,7 +143,7 @@ def read_partition(options: SourceOptions, part: QueuePartition,
         columns = project(options, None)
     lo, hi = options.min_msg_size, options.max_msg_size
     for name, span in part.pieces:
-        layout = Layout(part.directory, name)
+        layout = options.layout(name)
         if not options.arrow:
             full = project(options, None)
             pick = [full.index(c) for c in columns]
@@ -197,13 +197,14 @@ def missing_ranges(view: QueueView) -> list[Lost]:
 
 
 def select(options: SourceOptions) -> Listing:
-    """The queues ``name`` selects in ``path``.
+    """The queues ``name`` selects in ``path`` (a group's shards, keyed ``NAME/SHARD``).
 
     Raises PathNotFound if ``path`` is missing, not a directory, or holds no
-    queue matching ``name``.
+    queue matching ``name`` (a group may have no shard yet); ShardDamaged if a
+    group's shard is not a directory.
     """
-    listing = list_queues(options.path, options.matches, options.name)
-    if not listing:
+    listing = lister_for(options)(None)
+    if not listing and not options.group:  # a group with no shards yet is empty, not missing
         raise PathNotFound(options.path, options.name, f"holds no queue matching {options.name!r}")
     return listing
 
@@ -221,7 +222,7 @@ class DiskQueueReader(DataSourceReader):
         opts = self.options
         planned = []
         for queue, files in select(opts).items():
-            view = view_queue(Layout(opts.path, queue), opts.min_msg_size, opts.max_msg_size,
+            view = view_queue(opts.layout(queue), opts.min_msg_size, opts.max_msg_size,
                               files=files)
             report_lost(opts, view, missing_ranges(view))
             planned.append((queue, view.spans))

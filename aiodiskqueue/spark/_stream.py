@@ -34,6 +34,17 @@ Small ranges of many queues share a partition (``maxBytesPerPartition``).
 ``removeDrainedAfter`` removes a queue that is drained, unheld and unchanged for
 that many seconds.
 
+Queue groups
+------------
+A ``name`` with a group directory ``NAME.group/`` beside it selects the group's
+shards (:mod:`._group`), keyed ``NAME/000003``: each trigger lists the group
+directory, so a shard a new producer process made is read from the next
+micro-batch on, and a shard the group removed (drained) drops out. Consuming
+works per shard as below; a shard whose consumer role another process holds is
+skipped, as a glob's busy queue is. A group with live group consumers
+(``QueueGroup`` with ``role="consumer"``) is not consumed at all (``GroupBusy``):
+they take free shards at any moment, so both would deliver the same records.
+
 Queues open in a live DiskQueue
 -------------------------------
 A queue whose producer is live in another process (a DiskQueue opened with
@@ -88,8 +99,9 @@ from .._format.roles import published_record
 from ._consume import QueueBusy, consume_blocker, release, remove_drained, wait_unheld
 from ._errors import PathNotFound
 from ._files import Lost, Pos, QueueView, spans_between, view_queue
-from ._listing import Lister, Listing, QueueFiles, check_directory, list_queues
-from ._options import SourceOptions, is_glob
+from ._group import check_no_group_consumers, lister_for
+from ._listing import Listing, QueueFiles, check_directory
+from ._options import SourceOptions
 from ._ranges import advance
 from ._reader import QueuePartition, group_spans, project, read_partition, report_lost
 
@@ -110,7 +122,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.columns = columns or project(options, None)
         self._target: dict[str, Pos] | None = None
         self._listing: Listing | None = None
-        self._lister = Lister(options.path, options.matches, options.name)
+        self._lister = lister_for(options)
         self._cache: dict[str, tuple[QueueFiles, QueueView]] = {}
         # Consume mode: drained queues outside the offsets, by the files the last trigger
         # saw; one whose files are the same object again is skipped without a look.
@@ -121,11 +133,12 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._held: set[str] = set()
         self._next = ""  # the queue the next trigger starts with (the first one at or after)
         check_directory(options.path, options.name)
+        check_no_group_consumers(options)
 
     # ------------------------------------------------------------- helpers
 
     def _layout(self, queue: str) -> Layout:
-        return Layout(self.options.path, queue)
+        return self.options.layout(queue)
 
     def _list(self) -> Listing:
         self._listing = self._lister(self._settled)
@@ -181,7 +194,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         checkpoint never asks again, so queues it removed do not count).
         """
         listing = self._list()
-        if not listing:
+        if not listing and not self.options.group:  # a group may have no shard yet
             raise PathNotFound(self.options.path, self.options.name,
                                f"holds no queue matching {self.options.name!r}")
         out: Offset = {}
@@ -221,7 +234,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if blocker is None:
             self._held.discard(queue)
             return view
-        if is_glob(self.options.name):
+        if self.options.many:
             if queue not in self._held:
                 self._held.add(queue)
                 log.warning("%s; skipping it until it is closed",
@@ -256,6 +269,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         gone and ``failOnDataLoss`` is true.
         """
         opts = self.options
+        check_no_group_consumers(opts)
         if opts.consume and start:
             self._release(start)
         listing = self._list()
@@ -357,7 +371,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for queue in sorted(end):
             files = listing.get(queue)
             if files is None:
-                files = list_queues(self.options.path, queue.__eq__).get(queue)
+                files = lister_for(self.options)(None).get(queue)
             if files is None:
                 self._vanished(queue, start)
                 continue
@@ -391,7 +405,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if self._released.get(queue) == at:
                 continue  # released already by this process
             # A glob skips a held queue at once; a single name waits for its lock.
-            wait = 0.0 if is_glob(self.options.name) else self.options.lock_wait
+            wait = 0.0 if self.options.many else self.options.lock_wait
             files = self._listing.get(queue) if self._listing is not None else None
             try:
                 release(self._layout(queue), at, self.options.min_msg_size,
@@ -399,7 +413,7 @@ class DiskQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                         known=files.segments if files is not None else ())
                 self._released[queue] = at
             except QueueBusy as exc:
-                if not is_glob(self.options.name):
+                if not self.options.many:
                     raise
                 log.info("%s; releasing it once it is closed", exc)
 

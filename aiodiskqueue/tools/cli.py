@@ -28,7 +28,8 @@ from .._format import nsq
 from .._format.layout import Layout, queue_names
 from .._format.lock import lock_holder
 from .._format.meta import load_meta
-from ..errors import QueueLocked, QueueNotFound
+from ..errors import GroupNameConflict, QueueLocked, QueueNotFound
+from ..group.layout import group_names
 from .follow import (
     Follower,
     StoredMessage,
@@ -37,7 +38,9 @@ from .follow import (
     iter_quarantined,
     quarantine_summary,
 )
+from .group import GroupFiles, check_one_kind, conflict_message, group_files
 from .inspect import (
+    ERROR,
     Problem,
     QueueReport,
     RolesState,
@@ -105,10 +108,30 @@ def _progress(total: int, enabled: bool, label: str) -> Iterator[Callable[[int],
         bar.close()
 
 
-def _layout(args: argparse.Namespace) -> Layout:
+def _group(args: argparse.Namespace) -> GroupFiles | None:
+    """The group ``args.name`` names in ``args.directory``, or None for a plain queue.
+
+    Raises CliError if the directory is missing or the name is both a queue and a group.
+    """
     directory = args.directory
     if not os.path.isdir(directory):
         raise CliError(f"not a directory: {directory}")
+    try:
+        check_one_kind(directory, args.name)
+    except GroupNameConflict:
+        raise CliError(conflict_message(directory, args.name)) from None
+    return group_files(directory, args.name)
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    directory = args.directory
+    group = _group(args)
+    if group is not None:
+        raise CliError(
+            f"{args.name!r} is a queue group of {len(group.shards)} shard(s); "
+            f"'{args.command}' works on one queue: each shard is the queue {args.name!r} in "
+            f"its directory, e.g. '{args.command} {os.path.join(group.path, '000000')} "
+            f"{args.name}' ('ls {directory}' lists the shards)")
     lay = Layout(directory, args.name)
     if not queue_exists(lay):
         raise CliError(f"no queue named {args.name!r} in {directory}")
@@ -173,14 +196,58 @@ def _ls_entry(lay: Layout) -> dict[str, Any]:
     }
 
 
+def _group_entry(group: GroupFiles) -> dict[str, Any]:
+    shards = [{**_ls_entry(lay), "shard": num, "path": lay.directory}
+              for num, lay in group.shards.items()]
+    return {
+        "name": group.name,
+        "kind": "group",
+        "path": group.path,
+        "meta": "ok" if group.meta is not None else
+                "missing" if group.meta_error is None else "unreadable",
+        "depth": sum(s["depth"] for s in shards),
+        "shards": shards,
+        "segments": sum(s["segments"] for s in shards),
+        "bytes": sum(s["bytes"] for s in shards),
+        "bad_files": sum(s["bad_files"] for s in shards),
+        "damaged_shards": list(group.damaged),
+        "members": list(group.members),
+        "producers": sorted({s["roles"]["producer"]["pid"] for s in shards
+                             if s["roles"]["producer"] is not None}),
+        "consumers": sorted({s["roles"]["consumer"]["pid"] for s in shards
+                             if s["roles"]["consumer"] is not None}),
+    }
+
+
+def _ls_row(e: dict[str, Any], label: str) -> list[str]:
+    return [
+        label + ("" if e["meta"] == "ok" else f" (meta {e['meta']})"),
+        str(e["depth"]), str(e["segments"]), str(e["bytes"]),
+        f"{e['read_file_num']},{e['read_pos']}", f"{e['write_file_num']},{e['write_pos']}",
+        str(e["bad_files"]),
+        "-" if e["locked_by_pid"] is None else str(e["locked_by_pid"]),
+        _roles_cell(e["roles"]),
+    ]
+
+
+def _pids(pids: list[int]) -> str:
+    return ",".join(map(str, pids)) or "-"
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
-    """List every queue in a directory."""
+    """List every queue and every group in a directory."""
     directory = args.directory
     try:
         names = queue_names(directory)
     except (FileNotFoundError, NotADirectoryError):
         raise CliError(f"not a directory: {directory}") from None
-    entries = [_ls_entry(Layout(directory, n)) for n in names]
+    groups = group_names(directory)
+    entries = [{**_ls_entry(Layout(directory, n)), "kind": "queue"} for n in names]
+    for g in groups:
+        group = group_files(directory, g)
+        if group is not None:  # unless removed since the listing
+            entries.append(_group_entry(group))
+    entries.sort(key=lambda e: (e["name"], e["kind"]))
     if args.json:
         _json_doc(entries)
         return EXIT_OK
@@ -190,14 +257,21 @@ def cmd_ls(args: argparse.Namespace) -> int:
     rows = [["NAME", "DEPTH", "SEGMENTS", "BYTES", "READ", "WRITE", "BAD", "LOCKED BY",
              "PRODUCER/CONSUMER"]]
     for e in entries:
-        rows.append([
-            e["name"] + ("" if e["meta"] == "ok" else f" (meta {e['meta']})"),
-            str(e["depth"]), str(e["segments"]), str(e["bytes"]),
-            f"{e['read_file_num']},{e['read_pos']}", f"{e['write_file_num']},{e['write_pos']}",
-            str(e["bad_files"]),
-            "-" if e["locked_by_pid"] is None else str(e["locked_by_pid"]),
-            _roles_cell(e["roles"]),
-        ])
+        if e["kind"] == "queue":
+            rows.append(_ls_row(e, e["name"]))
+            continue
+        # A group: one line with its totals, then its shards (named GROUP/SHARD).
+        label = f"{e['name']} (group, {len(e['shards'])} shard(s))"
+        if e["meta"] != "ok":
+            label += f" (group meta {e['meta']})"
+        if e["members"]:
+            label += f" (group consumers: pids {_pids(e['members'])})"
+        if e["damaged_shards"]:
+            label += f" (not a directory: {', '.join(e['damaged_shards'])})"
+        rows.append([label, str(e["depth"]),
+                     str(e["segments"]), str(e["bytes"]), "-", "-", str(e["bad_files"]), "-",
+                     f"{_pids(e['producers'])}/{_pids(e['consumers'])}"])
+        rows.extend(_ls_row(s, f"  {e['name']}/{s['shard']:06d}") for s in e["shards"])
     _table(rows, right=frozenset({1, 2, 3, 6}))
     return EXIT_OK
 
@@ -211,7 +285,11 @@ def _print_problems(problems: Sequence[Problem]) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """Show the meta file, every segment, and what is read and unread."""
+    """Show the meta file, every segment, and what is read and unread (a group: each
+    shard's summary and the total)."""
+    group = _group(args)
+    if group is not None:
+        return _inspect_group(args, group)
     lay = _layout(args)
     rep, roles = _analyze(args, lay)
     bad = [quarantine_summary(b, args.min_msg_size, args.max_msg_size) for b in rep.bad_files]
@@ -260,7 +338,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Scan every record; exit 0 when sound, 1 listing each problem."""
+    """Scan every record; exit 0 when sound, 1 listing each problem (a group: every shard)."""
+    group = _group(args)
+    if group is not None:
+        return _verify_group(args, group)
     lay = _layout(args)
     rep, roles = _analyze(args, lay)
     code = EXIT_OK if rep.sound else EXIT_PROBLEMS
@@ -286,6 +367,100 @@ def cmd_verify(args: argparse.Namespace) -> int:
     elif rep.locked_by_pid is not None:
         _out(f"  note: open in process {rep.locked_by_pid}; a stale meta is normal while "
              "it runs")
+    return code
+
+
+def _analyze_group(args: argparse.Namespace, group: GroupFiles
+                   ) -> list[tuple[str, QueueReport, RolesState]]:
+    """Each shard's report and roles, labelled ``NAME/SHARD``."""
+    out = []
+    for num, lay in group.shards.items():
+        try:
+            rep, roles = _analyze(args, lay)
+        except QueueNotFound:
+            continue  # an empty shard, or one removed (drained) since the listing
+        out.append((group.shard_label(num), rep, roles))
+    return out
+
+
+def _group_meta_line(group: GroupFiles) -> str:
+    m = group.meta
+    if m is None:
+        return "missing" if group.meta_error is None else f"unreadable ({group.meta_error})"
+    return (f"version {m.version}, max_bytes_per_file {m.max_bytes_per_file}, "
+            f"msg size {m.min_msg_size}..{m.max_msg_size}")
+
+
+def _inspect_group(args: argparse.Namespace, group: GroupFiles) -> int:
+    reports = _analyze_group(args, group)
+    depth = sum(rep.depth for _, rep, _ in reports)
+    if args.json:
+        _json_doc({"name": group.name, "kind": "group", "directory": group.directory,
+                   "path": group.path, "meta": _group_meta_line(group), "depth": depth,
+                   "members": list(group.members),
+                   "shards": [{**rep.to_dict(), "shard": label, "roles": roles.to_dict()}
+                              for label, rep, roles in reports]})
+        return EXIT_OK
+    _out(f"group     {group.name} in {group.directory}")
+    _out(f"meta      {_group_meta_line(group)}")
+    _out("consumers " + (f"{len(group.members)} live: pids {_pids(list(group.members))}"
+                         if group.members else "none live"))
+    _out(f"shards    {len(reports)}, each a plain queue {group.name!r} in "
+         f"{group.path}/SHARD ('inspect {group.path}/SHARD {group.name}' shows one in full)")
+    if reports:
+        rows = [["  SHARD", "DEPTH", "SEGMENTS", "BYTES", "READ", "WRITE", "PRODUCER",
+                 "CONSUMER", "PROBLEMS"]]
+        for label, rep, roles in reports:
+            rows.append(["  " + label, str(rep.depth), str(len(rep.segments)),
+                         str(rep.bytes_on_disk), _pos(rep.read), _pos(rep.write),
+                         "-" if roles.producer is None else str(roles.producer.pid),
+                         "-" if roles.consumer is None else str(roles.consumer.pid),
+                         str(len(rep.problems))])
+        _table(rows, right=frozenset({1, 2, 3, 8}))
+    _out(f"unread    {depth} message(s) in the group")
+    problems = [(label, p) for label, rep, _ in reports for p in rep.problems]
+    problems += [(f"{group.name}/{d}", _not_a_dir(group, d)) for d in group.damaged]
+    if problems:
+        _out(f"problems  {len(problems)}")
+        for label, p in problems:
+            _out(f"  {label}: {p}")
+    else:
+        _out("problems  none")
+    return EXIT_OK
+
+
+def _not_a_dir(group: GroupFiles, shard: str) -> Problem:
+    return Problem("damaged shard", ERROR, shard, 0,
+                   f"{os.path.join(group.path, shard)} is not a directory: a shard is one")
+
+
+def _verify_group(args: argparse.Namespace, group: GroupFiles) -> int:
+    reports = _analyze_group(args, group)
+    sound = (group.meta_error is None and not group.damaged
+             and all(rep.sound for _, rep, _ in reports))
+    code = EXIT_OK if sound else EXIT_PROBLEMS
+    if args.json:
+        _json_doc({"name": group.name, "kind": "group", "path": group.path, "sound": sound,
+                   "meta": _group_meta_line(group), "damaged_shards": list(group.damaged),
+                   "depth": sum(rep.depth for _, rep, _ in reports),
+                   "shards": [{"shard": label, "sound": rep.sound, "depth": rep.depth,
+                               "problems": [p.to_dict() for p in rep.problems],
+                               "roles": roles.to_dict()} for label, rep, roles in reports]})
+        return code
+    if group.meta_error is not None:
+        _out(f"{group.name}: group meta unreadable ({group.meta_error})")
+    for d in group.damaged:
+        _out(f"{group.name}/{d}: 1 problem(s)")
+        _print_problems([_not_a_dir(group, d)])
+    for label, rep, _ in reports:
+        if rep.sound:
+            _out(f"{label}: sound ({rep.depth} unread message(s) in "
+                 f"{len(rep.segments)} segment(s))")
+        else:
+            _out(f"{label}: {len(rep.problems)} problem(s)")
+            _print_problems(rep.problems)
+    _out(f"{group.name}: " + ("sound" if sound else "problems found") +
+         f" ({len(reports)} shard(s))")
     return code
 
 
@@ -448,6 +623,9 @@ def _rate(r: float | None) -> str:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Depth and put/get rates from successive snapshots of the files."""
+    group = _group(args)
+    if group is not None:
+        return _stats_group(args, group)
     lay = _layout(args)
     watcher = Watcher(lay, args.min_msg_size, args.max_msg_size)
     count = args.count if args.count is not None else (None if args.watch else 1)
@@ -467,6 +645,57 @@ def cmd_stats(args: argparse.Namespace) -> int:
             _out(f"{clock:8}  {s.depth:>10}  {_rate(s.put_rate):>12}  {_rate(s.get_rate):>12}  "
                  f"{s.bytes_on_disk:>12}  {_pos(s.read)} / {_pos(s.write)}" +
                  ("" if not roles.live else f"  ({roles.describe()})"))
+        sys.stdout.flush()
+        n += 1
+        if count is not None and n >= count:
+            return EXIT_OK
+        time.sleep(args.interval)
+
+
+def _sum_rate(rates: list[float | None]) -> float | None:
+    known = [r for r in rates if r is not None]
+    return sum(known) if known else None
+
+
+def _stats_group(args: argparse.Namespace, group: GroupFiles) -> int:
+    """``stats`` of a group: a line per shard and the group's total, each sample.
+
+    Shards that appear while it watches are added (their first sample has no rate);
+    shards removed are dropped.
+    """
+    watchers: dict[int, Watcher] = {}
+    count = args.count if args.count is not None else (None if args.watch else 1)
+    n = 0
+    if not args.json:
+        _out(f"{'TIME':8}  {'SHARD':20}  {'DEPTH':>10}  {'PUT/S':>12}  {'GET/S':>12}  "
+             f"{'BYTES':>12}  READ / WRITE")
+    while True:
+        now = group_files(group.directory, group.name)
+        shards = {} if now is None else now.shards
+        watchers = {num: watchers.get(num) or Watcher(lay, args.min_msg_size,
+                                                      args.max_msg_size)
+                    for num, lay in shards.items()}
+        mono, wall = time.monotonic(), time.time()
+        samples = [(group.shard_label(num), w.sample(mono), roles_state(w.layout))
+                   for num, w in watchers.items()]
+        depth = sum(s.depth for _, s, _ in samples)
+        put = _sum_rate([s.put_rate for _, s, _ in samples])
+        get = _sum_rate([s.get_rate for _, s, _ in samples])
+        size = sum(s.bytes_on_disk for _, s, _ in samples)
+        if args.json:
+            _json_line({"name": group.name, "kind": "group", "timestamp": wall,
+                        "depth": depth, "put_rate": put, "get_rate": get, "bytes": size,
+                        "shards": [{"shard": label, **s.to_dict(), "roles": r.to_dict()}
+                                   for label, s, r in samples]})
+        else:
+            clock = dt.datetime.fromtimestamp(wall).strftime("%H:%M:%S")
+            for label, s, r in samples:
+                _out(f"{clock:8}  {label:20}  {s.depth:>10}  {_rate(s.put_rate):>12}  "
+                     f"{_rate(s.get_rate):>12}  {s.bytes_on_disk:>12}  "
+                     f"{_pos(s.read)} / {_pos(s.write)}" +
+                     ("" if not r.live else f"  ({r.describe()})"))
+            _out(f"{clock:8}  {'TOTAL':20}  {depth:>10}  {_rate(put):>12}  {_rate(get):>12}  "
+                 f"{size:>12}  {len(samples)} shard(s)")
         sys.stdout.flush()
         n += 1
         if count is not None and n >= count:
@@ -512,7 +741,9 @@ def build_parser() -> argparse.ArgumentParser:
                   progress: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
         p.add_argument("directory", metavar="DIR", help="directory holding the queue's files")
-        p.add_argument("name", metavar="NAME", help="queue name (the file name prefix)")
+        p.add_argument("name", metavar="NAME",
+                       help="queue name (the file name prefix); stats, inspect and verify "
+                            "also take a queue group's name")
         p.add_argument("--json", action="store_true", help=json_help)
         p.add_argument("--min-msg-size", type=_nonneg_int, default=0, metavar="N",
                        help="smallest valid message, as the queue was opened (default 0)")
@@ -523,8 +754,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="no progress bar, even on a terminal")
         return p
 
-    p = sub.add_parser("ls", help="list the queues in a directory",
-                       description="List every queue in a directory.")
+    p = sub.add_parser("ls", help="list the queues and queue groups in a directory",
+                       description="List every queue in a directory, and every queue group "
+                                   "(NAME.group/) as one entry with its shards.")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--json", action="store_true", help="a JSON list of objects")
     p.set_defaults(func=cmd_ls)
