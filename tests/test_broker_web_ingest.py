@@ -15,8 +15,8 @@ import pytest
 from aiohttp import ClientSession, web
 
 from aiodiskqueue import DiskQueue
+from aiodiskqueue._format.group import group_layout
 from aiodiskqueue._format.meta import load_meta
-from aiodiskqueue.group.layout import group_layout
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "web_ingest.py"
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from aiodiskqueue import DiskQueue, QueueGroup
-from aiodiskqueue.group.layout import GroupMeta, create_group_meta, group_layout
+from aiodiskqueue._format.group import GroupMeta, create_group_meta, group_layout
 from aiodiskqueue.tools.cli import main
 
 MAX = 1 << 20

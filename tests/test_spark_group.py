@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from aiodiskqueue import DiskQueue, QueueGroup
+from aiodiskqueue._format.group import GroupMeta, create_group_meta, group_layout
 from aiodiskqueue._format.meta import load_meta
 from aiodiskqueue.errors import ShardDamaged
-from aiodiskqueue.group.layout import GroupMeta, create_group_meta, group_layout
 from aiodiskqueue.spark import DiskQueueDataSource, GroupBusy, OptionError
 from aiodiskqueue.spark._reader import DiskQueueReader, QueuePartition
 from aiodiskqueue.spark._stream import DiskQueueStreamReader

@@ -1,7 +1,7 @@
 """A queue group as one source: its shards listed as queues ``NAME/SHARD``.
 
 ``name`` names a group when ``path/NAME.group/`` exists (see
-:mod:`aiodiskqueue.group.layout`); every shard is a plain queue ``NAME`` in a
+:mod:`aiodiskqueue._format.group`); every shard is a plain queue ``NAME`` in a
 directory of its own, and the source reads it as it reads any queue, keyed
 ``NAME/000003`` in the offsets and the ``name`` column. Each listing looks at the
 group directory again, so shards created between micro-batches are read from the
@@ -14,9 +14,9 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from .._format.group import group_layout, is_group, shard_name
 from .._format.layout import queue_names
 from ..errors import DiskQueueError, QueueLocked, ShardDamaged
-from ..group.layout import group_layout, is_group, shard_name
 from ..tools.group import live_members
 from ._listing import Lister, Listing, QueueFiles
 from ._options import OptionError, SourceOptions, is_glob

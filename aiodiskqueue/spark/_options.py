@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._core.options import DEFAULTS, MiB, Options, check_name
+from .._format.group import group_layout, parse_shard
 from .._format.layout import Layout
 from ..errors import DiskQueueError
-from ..group.layout import group_layout, parse_shard
 
 FORMATS = ("raw", "nsq")
 OPEN_COST = 4 * MiB  # the smallest share of a read split for parallelism, unless asked

@@ -25,11 +25,11 @@ from typing import IO, Any
 
 from .. import __version__
 from .._format import nsq
+from .._format.group import group_names
 from .._format.layout import Layout, queue_names
 from .._format.lock import lock_holder
 from .._format.meta import load_meta
 from ..errors import GroupNameConflict, QueueLocked, QueueNotFound
-from ..group.layout import group_names
 from .follow import (
     Follower,
     StoredMessage,

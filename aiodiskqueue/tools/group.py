@@ -2,7 +2,7 @@
 
 A group ``NAME`` in ``DIR`` is the directory ``DIR/NAME.group/``; each shard is a
 directory in it holding a complete plain queue ``NAME`` (the names are
-:mod:`aiodiskqueue.group.layout`'s). The tools look at every shard as the plain
+:mod:`aiodiskqueue._format.group`'s). The tools look at every shard as the plain
 queue it is; nothing here takes a lock or writes a file.
 """
 
@@ -11,10 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .._format.layout import Layout
-from .._format.probe import held_exclusively
-from ..errors import GroupFormatError, GroupNameConflict
-from ..group.layout import (
+from .._format.group import (
     GroupLayout,
     GroupMeta,
     group_layout,
@@ -22,6 +19,9 @@ from ..group.layout import (
     read_group_meta,
     shard_name,
 )
+from .._format.layout import Layout
+from .._format.probe import held_exclusively
+from ..errors import GroupFormatError, GroupNameConflict
 from .inspect import queue_exists
 
 
