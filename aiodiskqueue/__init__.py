@@ -16,6 +16,7 @@ from .errors import (
     QueueFull,
     QueueLocked,
     QueueNotFound,
+    QueuePermissionError,
     RoleError,
     SerializationError,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "QueueFull",
     "QueueLocked",
     "QueueNotFound",
+    "QueuePermissionError",
     "RoleError",
     "SerializationError",
     "Statistics",

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 
+from .._format.access import open_file
 from .._format.layout import Layout, fsync_dir
 from ..errors import DiskQueueError
 
@@ -25,7 +26,7 @@ def make_marker(layout: Layout) -> None:
 
     Raises OSError if it cannot be created or synced.
     """
-    fd = os.open(layout.empty_marker_path, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = open_file(layout.empty_marker_path, os.O_WRONLY | os.O_CREAT, layout.file_mode)
     try:
         os.fsync(fd)
     finally:

@@ -55,6 +55,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from .._format.access import queue_modes
 from .._format.layout import Layout
 from ..errors import MessageSizeError
 from . import _nsq
@@ -138,10 +139,11 @@ def write_task(options: SourceOptions, job: str, column: str,
     missing, naming the driver in it; a batch task (``owner`` None) whose
     directory is gone belongs to a job that already ended, and stages nothing.
     """
-    layout = Layout(options.path, require_single_name(options))
+    layout = queue_modes(Layout(options.path, require_single_name(options)))
     where = staging_dir(layout, job)
     create = owner is not None
-    writer = StagedWriter(where, options.max_bytes_per_file, owner)
+    writer = StagedWriter(where, options.max_bytes_per_file, owner, layout.file_mode,
+                          layout.dir_mode)
     try:
         for batch in batches:
             writer.write(_payloads(batch, column, options))
@@ -173,7 +175,8 @@ class _Base:
         self.options = options
         self.name = require_single_name(options)
         self.column = check_write_schema(options, schema)
-        self.layout = Layout(options.path, self.name)
+        # A queue that exists keeps the mode of its files; a new one is owner-only.
+        self.layout = queue_modes(Layout(options.path, self.name))
         self.owner = owner_line()
         self.job = uuid.uuid4().hex
 
@@ -190,7 +193,8 @@ class DiskQueueWriter(_Base, DataSourceArrowWriter):
 
     def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite)
-        create_job_dir(staging_dir(self.layout, self.job), self.owner)
+        create_job_dir(staging_dir(self.layout, self.job), self.owner, self.layout.file_mode,
+                       self.layout.dir_mode)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -24,11 +25,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from .. import __version__
+from .._core.options import check_mode
 from .._format import nsq
+from .._format.access import check_dir, denied, queue_modes
 from .._format.layout import Layout, queue_names
 from .._format.lock import lock_holder
 from .._format.meta import load_meta
-from ..errors import QueueLocked, QueueNotFound
+from ..errors import QueueLocked, QueueNotFound, QueuePermissionError
 from .follow import (
     Follower,
     StoredMessage,
@@ -107,9 +110,12 @@ def _progress(total: int, enabled: bool, label: str) -> Iterator[Callable[[int],
 
 def _layout(args: argparse.Namespace) -> Layout:
     directory = args.directory
+    check_dir(directory, os.R_OK | os.X_OK)  # else a queue it may not see looks like none
     if not os.path.isdir(directory):
         raise CliError(f"not a directory: {directory}")
-    lay = Layout(directory, args.name)
+    lay = queue_modes(Layout(directory, args.name))
+    if getattr(args, "file_mode", None) is not None:
+        lay = dataclasses.replace(lay, file_mode=args.file_mode)
     if not queue_exists(lay):
         raise CliError(f"no queue named {args.name!r} in {directory}")
     return lay
@@ -491,6 +497,18 @@ def _pos_int(text: str) -> int:
     return v
 
 
+def _file_mode(text: str) -> int:
+    try:
+        v = int(text.removeprefix("0o"), 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an octal mode such as 600, got {text!r}"
+                                         ) from None
+    try:
+        return check_mode("--file-mode", v, 0o600)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--file-mode ")) from None
+
+
 def _pos_float(text: str) -> float:
     v = float(text)
     if not v > 0:
@@ -559,6 +577,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be done and change nothing; exit 1 if repairs "
                         "are needed")
+    p.add_argument("--file-mode", type=_file_mode, default=None, metavar="MODE",
+                   help="octal mode of the files the repair creates, e.g. 660 (default: "
+                        "the mode of the queue's meta or lock file, else "
+                        "600); a .bad copy always gets the mode of the segment it copies")
     p.set_defaults(func=cmd_repair)
 
     p = queue_cmd("stats", "depth and put/get rates from the files", "one JSON object per "
@@ -583,6 +605,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"aiodiskqueue: {exc}\n")
         return EXIT_ERROR
     except QueueNotFound as exc:
+        sys.stderr.write(f"aiodiskqueue: {exc}\n")
+        return EXIT_ERROR
+    except PermissionError as exc:
+        if not isinstance(exc, QueuePermissionError):
+            exc = denied(exc.filename or args.directory, exc)
         sys.stderr.write(f"aiodiskqueue: {exc}\n")
         return EXIT_ERROR
     except OSError as exc:
