@@ -25,7 +25,14 @@ from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from .._format.meta import Meta
 from .._format.scan import Record
-from ..errors import CorruptionError, DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
+from ..errors import (
+    CorruptionError,
+    DiskQueueError,
+    MessageSizeError,
+    QueueClosed,
+    QueueEmpty,
+    QueuePermissionError,
+)
 from .options import MiB, Options, Statistics
 from .position import Runs, Stretch
 
@@ -59,6 +66,8 @@ def wake(fut: asyncio.Future[Any] | None) -> None:
 
 def describe_error(exc: BaseException) -> str:
     """A short text for ``exc``: for an OSError its message, errno name and file."""
+    if isinstance(exc, QueuePermissionError):
+        return str(exc)  # names the file, its mode and owner
     if isinstance(exc, OSError) and exc.errno is not None:
         name = errno.errorcode.get(exc.errno, str(exc.errno))
         where = f" on {exc.filename}" if exc.filename else ""
@@ -275,6 +284,14 @@ class QueueBuffers:
         name = self.layout.name
         if self.state is Lifecycle.BROKEN:
             assert self.error is not None
+            if isinstance(self.error, QueuePermissionError):
+                e = self.error  # still a PermissionError, for the caller to tell
+                denied = QueuePermissionError(
+                    e.path, e.mode, e.uid, e.gid,
+                    f"queue {name!r} is broken: {e}; close it and open it again once this "
+                    "process may read the file")
+                denied.__cause__ = e
+                return denied
             err = DiskQueueError(
                 f"queue {name!r} is broken: {describe_error(self.error)}; nothing more is "
                 "written or read through this queue object. What was stored before stays on "

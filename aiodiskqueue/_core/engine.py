@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections import deque
 
-from .._format.access import make_dirs
+from .._format.access import as_queue_error, make_dirs
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
@@ -87,6 +87,8 @@ class Engine(ErrorPaths):
             self.io = None
             self.settle()
             self.state = Lifecycle.CLOSED
+            if isinstance(exc, PermissionError):
+                raise as_queue_error(exc, self.layout.directory) from exc
             if isinstance(exc, OSError) and not isinstance(exc, DiskQueueError):
                 raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
                                      f"{self.layout.directory!r}: {exc}") from exc

@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from .._format.access import check_dir, make_dirs
+from .._format.access import as_queue_error, check_dir, make_dirs
 from .._format.layout import Layout
 from .._format.lock import RoleLock
 from .._format.meta import Meta
@@ -90,6 +90,8 @@ class RoleEngine(QueueBuffers):
             self.io.stop()
             self.io = None
             self.state = Lifecycle.CLOSED
+            if isinstance(exc, PermissionError):
+                raise as_queue_error(exc, self.layout.directory) from exc
             if isinstance(exc, OSError) and not isinstance(exc, DiskQueueError):
                 raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
                                      f"{self.layout.directory!r} as {self.role}: {exc}") from exc

@@ -155,6 +155,14 @@ def _name(lookup: str, ident: int) -> str:
         return str(ident)
 
 
+def as_queue_error(exc: PermissionError, where: str) -> QueuePermissionError:
+    """``exc`` as a QueuePermissionError (itself if it is one already), naming its file,
+    or ``where`` if it names none."""
+    if isinstance(exc, QueuePermissionError):
+        return exc
+    return denied(exc.filename if isinstance(exc.filename, str) else where, exc)
+
+
 def denied(path: str, exc: PermissionError) -> QueuePermissionError:
     """The error for ``exc``, raised opening ``path``: the file's mode and owner, or,
     where the file cannot be seen, those of the nearest directory that can."""

@@ -27,11 +27,11 @@ from typing import IO, Any
 from .. import __version__
 from .._core.options import check_mode
 from .._format import nsq
-from .._format.access import check_dir, denied, queue_modes
+from .._format.access import as_queue_error, check_dir, queue_modes
 from .._format.layout import Layout, queue_names
 from .._format.lock import lock_holder
 from .._format.meta import load_meta
-from ..errors import QueueLocked, QueueNotFound, QueuePermissionError
+from ..errors import QueueLocked, QueueNotFound
 from .follow import (
     Follower,
     StoredMessage,
@@ -608,9 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"aiodiskqueue: {exc}\n")
         return EXIT_ERROR
     except PermissionError as exc:
-        if not isinstance(exc, QueuePermissionError):
-            exc = denied(exc.filename or args.directory, exc)
-        sys.stderr.write(f"aiodiskqueue: {exc}\n")
+        sys.stderr.write(f"aiodiskqueue: {as_queue_error(exc, args.directory)}\n")
         return EXIT_ERROR
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
