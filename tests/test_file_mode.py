@@ -283,11 +283,21 @@ os.setuid(int(sys.argv.pop(1)))
 """
 
 _CONSUMER = r"""
-async def main(directory, role, n, file_mode, dir_mode):
+from aiodiskqueue import AckQueue
+
+async def take(q):
+    m = await asyncio.wait_for(q.get(), 30)
+    if isinstance(q, AckQueue):
+        await m.finish()
+        return m.body.decode()
+    return m.decode()
+
+async def main(directory, role, n, file_mode, dir_mode, kind):
+    cls = AckQueue if kind == "AckQueue" else DiskQueue
     try:
-        async with DiskQueue(directory, "q", role=role, file_mode=file_mode,
-                             dir_mode=dir_mode) as q:
-            got = [(await asyncio.wait_for(q.get(), 30)).decode() for _ in range(n)]
+        async with cls(directory, "q", role=role, file_mode=file_mode,
+                       dir_mode=dir_mode) as q:
+            got = [await take(q) for _ in range(n)]
         print(json.dumps({"got": got}))
     except QueuePermissionError as e:
         print(json.dumps({"error": type(e).__name__, "message": str(e), "path": e.path,
@@ -295,7 +305,7 @@ async def main(directory, role, n, file_mode, dir_mode):
                           "permission_error": isinstance(e, PermissionError)}))
 
 asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4], 8),
-                 int(sys.argv[5], 8)))
+                 int(sys.argv[5], 8), sys.argv[6]))
 """
 
 _CLI = "sys.exit(aiodiskqueue.tools.cli.main(sys.argv[1:]))"
@@ -309,9 +319,10 @@ def _as_nobody(code: str, args: list[str], group: int = NOBODY
 
 
 def _child(directory: Path, role: str = "consumer", n: int = 1, file_mode: int = 0o600,
-           dir_mode: int = 0o700, group: int = NOBODY) -> dict[str, Any]:
+           dir_mode: int = 0o700, group: int = NOBODY, kind: str = "DiskQueue"
+           ) -> dict[str, Any]:
     res = _as_nobody(_CONSUMER, [str(directory), role, str(n), f"{file_mode:o}",
-                                 f"{dir_mode:o}"], group)
+                                 f"{dir_mode:o}", kind], group)
     assert res.returncode == 0, res.stderr
     out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
@@ -396,22 +407,23 @@ async def test_a_segment_the_consumer_may_not_read_raises_never_hangs(
 
 
 @needs_root
-@pytest.mark.parametrize(("file_mode", "dir_mode"), [(0o660, 0o770)], ids=["660-770"])
+@pytest.mark.parametrize("kind", [DiskQueue, AckQueue], ids=lambda c: c.__name__)
 async def test_group_sharing_producer_as_root_consumer_as_another_user(
-        shared_root: Path, file_mode: int, dir_mode: int) -> None:
+        shared_root: Path, kind: Any) -> None:
     # The documented setup: a directory of the shared group with the setgid bit, and both
     # roles opened with the group's modes.
+    file_mode, dir_mode = 0o660, 0o770
     d = shared_root / "q"
     os.mkdir(d)
     os.chown(d, 0, SHARED_GID)
     os.chmod(d, 0o2000 | dir_mode)
     items = [b"m%d" % i for i in range(50)]
-    async with DiskQueue(d, "q", role="producer", file_mode=file_mode,
-                         dir_mode=dir_mode) as p:
-        await p.put_many(items[:20])
-        await p.sync()
+    async with kind(d, "q", role="producer", file_mode=file_mode, dir_mode=dir_mode) as p:
+        for it in items[:20]:
+            await p.put(it)
         consumer = asyncio.create_task(asyncio.to_thread(
-            _child, d, "consumer", len(items), file_mode, dir_mode, SHARED_GID))
+            _child, d, "consumer", len(items), file_mode, dir_mode, SHARED_GID,
+            kind.__name__))
         for it in items[20:]:
             await p.put(it)
         out = await asyncio.wait_for(consumer, 120)
@@ -421,8 +433,9 @@ async def test_group_sharing_producer_as_root_consumer_as_another_user(
         if p_ != ".":
             assert mode == file_mode, (p_, oct(mode))
             assert os.stat(d / p_).st_gid == SHARED_GID, p_
-    async with DiskQueue(d, "q") as q:  # closed by both: whole again, nothing left
+    async with kind(d, "q") as q:  # closed by both: whole again, nothing left
         assert q.qsize() == 0
+    assert any(n.endswith(".log") for n in modes(d)) == (kind is AckQueue)
 
 
 @needs_root

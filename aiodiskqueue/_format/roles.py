@@ -215,7 +215,7 @@ def holder_pid(path: str) -> int | None:
     if not held_exclusively(path):
         return None
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = read_fd(path)
     except FileNotFoundError:  # released and removed since the probe
         return None
     try:

@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Iterable
 
-from .._format.access import queue_modes
+from .._format.access import queue_modes, read_fd
 from .._format.layout import Layout, fsync_dir
 from .._format.lock import QueueLock, RoleLock, lock_holder, read_lock_pid
 from .._format.meta import Meta, load_meta, store_meta
@@ -221,7 +221,7 @@ def _release_beside_producer(layout: Layout, end: Pos, min_size: int, max_size: 
 
 def _fdatasync(path: str) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = read_fd(path)
     except FileNotFoundError:
         return
     try:

@@ -105,7 +105,7 @@ def _meta_text(m: Meta) -> str:
 
 
 def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = read_fd(path)
     try:
         os.fsync(fd)
     finally:
