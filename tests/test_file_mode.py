@@ -229,6 +229,30 @@ def test_spark_sink_stages_and_links_with_the_queue_s_mode(tmp_path: Path,
     assert asyncio.run(drain()) == [b"first", b"a", b"bc"]
 
 
+def test_spark_sink_file_mode_options(tmp_path: Path, umask_022: None) -> None:
+    pa = pytest.importorskip("pyarrow")
+    types = pytest.importorskip("pyspark.sql.types")
+    from aiodiskqueue.spark._options import OptionError, parse_options
+    from aiodiskqueue.spark._writer import DiskQueueWriter
+
+    schema = types.StructType([types.StructField("payload", types.BinaryType())])
+    d = tmp_path / "q"
+    w = DiskQueueWriter(parse_options({"path": str(d), "name": "q", "fileMode": "0660",
+                                       "dirMode": "0o770"}), schema, False)
+    w.commit([w.write(iter([pa.record_batch([pa.array([b"a"], pa.binary())],
+                                            names=["payload"])]))])
+    assert_modes(d, 0o660, 0o770)
+    for value, problem in [("rw", "must be an octal mode such as 660, got 'rw'"),
+                           ("999", "must be an octal mode such as 660, got '999'"),
+                           ("400", "must let the owner read and write (0o600), got 0o400")]:
+        with pytest.raises(OptionError) as info:
+            parse_options({"path": str(d), "name": "q", "fileMode": value})
+        assert str(info.value) == f"diskqueue: option 'fileMode' {problem}"
+    with pytest.raises(OptionError, match=r"^diskqueue: option 'dirMode' must let the owner "
+                                          r"read, write and search \(0o700\), got 0o600$"):
+        parse_options({"path": str(d), "name": "q", "dirMode": "600"})
+
+
 # ---------------------------------------------------------------------- bad values
 
 
