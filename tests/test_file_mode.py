@@ -139,6 +139,34 @@ async def test_existing_files_keep_their_mode(tmp_path: Path, umask_022: None) -
     assert new and all(after[n] == 0o660 for n in new)
 
 
+def test_the_sync_facades_pass_the_modes_on(tmp_path: Path, umask_022: None) -> None:
+    from aiodiskqueue import sync
+
+    with sync.DiskQueue(tmp_path / "d", "q", file_mode=0o640, dir_mode=0o750) as q:
+        q.put(b"x")
+    with sync.AckQueue(tmp_path / "a", "q", file_mode=0o640, dir_mode=0o750) as a:
+        a.put(b"x")
+        a.get().finish()
+    assert_modes(tmp_path / "d", 0o640, 0o750)
+    assert_modes(tmp_path / "a", 0o640, 0o750)
+
+
+async def test_the_broker_s_data_is_owner_only(tmp_path: Path, umask_022: None) -> None:
+    from aiodiskqueue.broker._broker import Broker
+
+    b = Broker(tmp_path / "data")
+    await b.start()
+    try:
+        topic = await b.get_topic("t")
+        await b.get_channel(topic, "c")
+        await b.persist_meta()
+    finally:
+        await b.aclose()
+    names = modes(tmp_path / "data")
+    assert any(n.endswith(".dat") for n in names) and any(n.endswith(".log") for n in names)
+    assert_modes(tmp_path / "data", *DEFAULT)
+
+
 # ---------------------------------------------------------------------- tools and Spark
 
 

@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections import deque
 
-from .._format.access import as_queue_error, make_dirs
+from .._format.access import as_queue_error, check_dir, make_dirs
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
@@ -122,6 +122,7 @@ class Engine(ErrorPaths):
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
 
     def _open_blocking(self) -> OpenState:
+        check_dir(self.layout.directory)
         make_dirs(self.layout.directory, self.layout.dir_mode)
         self.lock.acquire()
         try:

@@ -115,7 +115,11 @@ class Options:
     spin_us: int = 250
     inline_writes: bool = False
     file_mode: int = 0o600
+    """Mode of every file the queue creates, set exactly (the umask does not apply);
+    files that exist keep theirs. Not checked against the other role's: each process
+    sets the mode of the files it creates (see docs/guide/processes.md)."""
     dir_mode: int = 0o700
+    """Mode of the directories the queue creates (its own, missing parents, dead letters)."""
 
     def __post_init__(self) -> None:
         integer("max_bytes_per_file", self.max_bytes_per_file, 1)

@@ -91,7 +91,6 @@ def make_dirs(path: str, mode: int) -> None:
     """
     try:
         if os.path.isdir(path):
-            os.stat(path)  # a directory that cannot be entered says so here
             return
         parent = os.path.dirname(os.path.abspath(path))
         if parent != path and not os.path.isdir(parent):
