@@ -16,6 +16,7 @@ import grp
 import logging
 import os
 import pwd
+import stat
 
 from ..errors import QueuePermissionError
 from .layout import Layout
@@ -27,7 +28,7 @@ _NO_MODES = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EROFS)
 
 
 def _exactly(fd: int, path: str, mode: int) -> None:
-    if os.fstat(fd).st_mode & 0o7777 != mode:
+    if os.fstat(fd).st_mode & 0o777 != mode:
         try:
             os.fchmod(fd, mode)
         except OSError as exc:
@@ -101,9 +102,12 @@ def make_dirs(path: str, mode: int) -> None:
             if os.path.isdir(path):
                 return  # made meanwhile by someone else: theirs
             raise
-        if os.stat(path).st_mode & 0o7777 != mode:
+        st = os.stat(path).st_mode
+        if st & 0o777 != mode:
             try:
-                os.chmod(path, mode)
+                # The set-group-ID bit a directory inherits from its parent stays: files
+                # made in it keep getting the shared group.
+                os.chmod(path, mode | (st & stat.S_ISGID))
             except OSError as exc:
                 if exc.errno not in _NO_MODES:
                     raise
@@ -183,9 +187,9 @@ def denied(path: str, exc: PermissionError) -> QueuePermissionError:
     if st is None:
         return QueuePermissionError(path, None, None, None,
                                     f"permission denied: {path}: {me}; {hint}")
-    where = "" if seen == path else f" (its directory {seen} has"
+    where = "" if seen == path else f"its directory {seen} has "
     mode = st.st_mode & 0o7777
-    detail = (f"permission denied: {path}{where}: mode {mode:#o}, owner "
+    detail = (f"permission denied: {path}: {where}mode {mode:#o}, owner "
               f"{_name('user', st.st_uid)}:{_name('group', st.st_gid)} "
-              f"(uid {st.st_uid}, gid {st.st_gid}){')' if where else ''}; {me}; {hint}")
+              f"(uid {st.st_uid}, gid {st.st_gid}); {me}; {hint}")
     return QueuePermissionError(path, mode, st.st_uid, st.st_gid, detail)
