@@ -77,6 +77,24 @@ def describe_error(exc: BaseException) -> str:
     return repr(exc)
 
 
+def broken_error(name: str, exc: BaseException) -> DiskQueueError:
+    """The error for a call on queue ``name``, broken by ``exc``."""
+    if isinstance(exc, QueuePermissionError):  # still a PermissionError, for the caller
+        denied = QueuePermissionError(
+            exc.path, exc.mode, exc.uid, exc.gid,
+            f"queue {name!r} is broken: {exc}; close it and open it again once this "
+            "process may read the file")
+        denied.__cause__ = exc
+        return denied
+    err = DiskQueueError(
+        f"queue {name!r} is broken: {describe_error(exc)}; nothing more is "
+        "written or read through this queue object. What was stored before stays on "
+        "disk: close it and open the queue again once the cause is fixed (for "
+        "example, the filesystem is writable again or has free space)")
+    err.__cause__ = exc
+    return err
+
+
 def fail(waiters: list[asyncio.Future[None]], exc: BaseException) -> None:
     """Fail every waiter that is not done yet with ``exc``."""
     for w in waiters:
@@ -284,21 +302,7 @@ class QueueBuffers:
         name = self.layout.name
         if self.state is Lifecycle.BROKEN:
             assert self.error is not None
-            if isinstance(self.error, QueuePermissionError):
-                e = self.error  # still a PermissionError, for the caller to tell
-                denied = QueuePermissionError(
-                    e.path, e.mode, e.uid, e.gid,
-                    f"queue {name!r} is broken: {e}; close it and open it again once this "
-                    "process may read the file")
-                denied.__cause__ = e
-                return denied
-            err = DiskQueueError(
-                f"queue {name!r} is broken: {describe_error(self.error)}; nothing more is "
-                "written or read through this queue object. What was stored before stays on "
-                "disk: close it and open the queue again once the cause is fixed (for "
-                "example, the filesystem is writable again or has free space)")
-            err.__cause__ = self.error
-            return err
+            return broken_error(name, self.error)
         if self.state is Lifecycle.NEW:
             return QueueClosed(f"queue {name!r} is not open yet")
         if self.state is QUEUE_SHUTDOWN:

@@ -16,7 +16,7 @@ import os
 
 from .._format.access import open_file
 from .._format.layout import Layout, fsync_dir
-from ..errors import DiskQueueError
+from ..errors import DiskQueueError, QueuePermissionError
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ class EmptyMarker:
         except OSError as exc:
             if self._fut is fut:
                 self._fut = None
+            if isinstance(exc, QueuePermissionError):
+                raise
             raise DiskQueueError(f"cannot make {self._layout.empty_marker_path} durable, so "
                                  f"an empty message cannot be stored: {exc}") from exc
         self._made = True

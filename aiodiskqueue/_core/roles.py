@@ -40,7 +40,13 @@ from .._format.roles import (
     live_record,
     meta_lock,
 )
-from ..errors import DiskQueueError, OptionConflict, QueueLocked, RoleError
+from ..errors import (
+    DiskQueueError,
+    OptionConflict,
+    QueueLocked,
+    QueuePermissionError,
+    RoleError,
+)
 from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
 from .iothread import IOThread
 from .notify import FileWatch
@@ -220,6 +226,9 @@ class RoleEngine(QueueBuffers):
         self.storing, self._store_waiters = None, []
         try:
             res = fut.result()
+        except QueuePermissionError as exc:
+            fail(waiters, exc)  # names the file and its mode as it is
+            raise
         except OSError as exc:
             err = DiskQueueError(f"storing the meta of {self.layout.name!r} failed: {exc}")
             err.__cause__ = exc
