@@ -66,12 +66,23 @@ def umask_022() -> Iterator[None]:
 
 async def _every_kind(d: Path, **modes_: Any) -> None:
     """Make every kind of file a queue makes: segments (rolled), meta, its spare and temp,
-    lock, empty-message marker, role files, ack log, dead letters and their directory."""
+    lock, empty-message marker, a quarantined copy, role files, ack log, dead letters and
+    their directory."""
     async with DiskQueue(d / "plain", "q", max_bytes_per_file=64, **modes_) as q:
         await q.put_many([b"x" * 20] * 10)
         await q.put(b"")
         for _ in range(5):
             await q.get()
+    lay = Layout(str(d / "plain"), "q")
+    last = max(lay.segments())
+    with open(lay.segment_path(3), "r+b") as f:
+        f.write(b"\xff\xff\xff\xff")  # a bad length, unread: quarantined when read
+    with open(lay.segment_path(last), "ab") as f:
+        f.write(b"\xff\xff\xff\xff" + b"y" * 30)  # past the meta: saved as .bad on open
+    async with DiskQueue(d / "plain", "q", max_bytes_per_file=64, **modes_) as q:
+        while not q.empty():
+            await asyncio.wait_for(q.get(), 30)
+        assert q.statistics().bad_files >= 1
     async with DiskQueue(d / "roles", "q", role="producer", **modes_) as p, \
             DiskQueue(d / "roles", "q", role="consumer", **modes_) as c:
         await p.put(b"m")
@@ -95,9 +106,10 @@ async def test_every_file_is_owner_only_by_default(tmp_path: Path, umask_022: No
     await _every_kind(d)
     kinds = {os.path.basename(p).split(".", 1)[-1] for p in modes(d)}
     # The walk saw the kinds of file it is meant to check.
-    for kind in ("diskqueue.000002.dat", "diskqueue.meta.dat", "diskqueue.lock",
+    for kind in ("diskqueue.000000.dat", "diskqueue.meta.dat", "diskqueue.lock",
                  "diskqueue.empty", "diskqueue.producer", "diskqueue.consumer",
-                 "diskqueue.roles", "ack.000000.log", "dead-letters"):
+                 "diskqueue.roles", "ack.000000.log", "dead-letters",
+                 "diskqueue.000003.dat.bad", "diskqueue.000004.dat.bad"):
         assert kind in kinds, sorted(kinds)
     assert_modes(d, *DEFAULT)
 
