@@ -471,6 +471,65 @@ async def test_a_segment_the_consumer_may_not_read_raises_never_hangs(
     assert res.stdout.split() == [want, seg, "0o600"], res.stdout
 
 
+_PRODUCER_SYNC = r"""
+async def main():
+    p = await DiskQueue.open(sys.argv[1], "q", role="producer", file_mode=0o660,
+                             dir_mode=0o770)
+    await p.put(b"late")
+    print("open", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    try:
+        await asyncio.wait_for(p.sync(), 60)
+        print("synced")
+    except QueuePermissionError as e:
+        print("denied", e.path, oct(e.mode))
+    try:
+        await asyncio.wait_for(p.aclose(), 60)
+    except Exception as e:
+        print("close", type(e).__name__)
+asyncio.run(main())
+"""
+
+
+@needs_root
+def test_a_meta_file_the_producer_may_no_longer_read_fails_its_sync(
+        shared_root: Path) -> None:
+    # Made owner-only while the producer runs (as by another process opened with the
+    # default modes): its next meta store raises, the put itself stays on disk.
+    d = shared_root / "q"
+    os.mkdir(d)
+    os.chown(d, 0, SHARED_GID)
+    os.chmod(d, 0o2770)
+
+    async def make() -> None:
+        async with DiskQueue(d, "q", file_mode=0o660, dir_mode=0o770) as q:
+            await q.put(b"first")
+    asyncio.run(make())
+    meta = Layout(str(d), "q").meta_path
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BECOME + _PRODUCER_SYNC, str(SHARED_GID), str(NOBODY),
+         str(d)], cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "open\n"
+        os.chmod(meta, 0o600)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert out.split()[:3] == ["denied", meta, "0o600"], (out, err)
+
+    async def drain() -> list[bytes]:
+        async with DiskQueue(d, "q") as q:
+            return [await asyncio.wait_for(q.get(), 30) for _ in range(2)]
+    assert asyncio.run(drain()) == [b"first", b"late"]
+
+
 @needs_root
 @pytest.mark.parametrize("kind", [DiskQueue, AckQueue], ids=lambda c: c.__name__)
 async def test_group_sharing_producer_as_root_consumer_as_another_user(
