@@ -327,12 +327,18 @@ def test_a_bad_mode_is_refused_naming_it(tmp_path: Path, cls: Any, option: str, 
 
 
 def _can_switch_user() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    probe = subprocess.run([sys.executable, "-c", f"import os; os.setgroups([]); "
+                            f"os.setgid({NOBODY}); os.setuid({NOBODY})"],
+                           capture_output=True, timeout=60, check=False)
+    return probe.returncode == 0
 
 
 needs_root = pytest.mark.skipif(
     not _can_switch_user(),
-    reason="runs a second process as another uid (65534), which needs root")
+    reason="runs a second process as another uid (65534): needs root, and a system that "
+           "lets root switch to that uid")
 
 # The interpreter may live where only root may read (a pyenv under /root): the child
 # starts as root, imports what it uses, then becomes the other user with setgroups,
