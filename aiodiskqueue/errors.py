@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 
 __all__ = [
     "CorruptionError",
@@ -21,6 +22,7 @@ __all__ = [
     "QueueFull",
     "QueueLocked",
     "QueueNotFound",
+    "QueuePermissionError",
     "RoleError",
     "SerializationError",
     "ShardDamaged",
@@ -152,6 +154,26 @@ class ShardDamaged(DiskQueueError):
         super().__init__(f"shard {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class QueuePermissionError(DiskQueueError, PermissionError):
+    """This process may not open a file or directory of the queue: the file's mode and
+    owner (or, where it could not be seen, its directory's) do not let this user in.
+
+    A :class:`PermissionError` too (``errno`` is ``EACCES``). Attributes: ``path``,
+    ``mode`` (its permission bits, or those of the directory that keeps it from being
+    seen; None if neither could be), ``uid`` and ``gid`` (the same one's owner and
+    group). Nothing was changed.
+    """
+
+    def __init__(self, path: str, mode: int | None, uid: int | None, gid: int | None,
+                 detail: str) -> None:
+        super().__init__(detail)
+        self.errno = errno.EACCES
+        self.path = path
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
 
 
 class CorruptionError(DiskQueueError):

@@ -87,6 +87,8 @@ class DiskQueue:
         strict: bool = DEFAULTS.strict,
         spin_us: int = DEFAULTS.spin_us,
         inline_writes: bool = DEFAULTS.inline_writes,
+        file_mode: int = DEFAULTS.file_mode,
+        dir_mode: int = DEFAULTS.dir_mode,
     ) -> None:
         # Every keyword parameter is a field of Options (tests/test_options_one_definition.py
         # keeps the two equal): the names are not written out a second time.
@@ -95,7 +97,8 @@ class DiskQueue:
 
     def _setup(self, directory: str | os.PathLike[str], name: str, opts: Options,
                role: str = "both") -> None:
-        self._layout = Layout(os.fspath(directory), check_name(name))
+        self._layout = Layout(os.fspath(directory), check_name(name), opts.file_mode,
+                              opts.dir_mode)
         self._role = check_role(role)
         if role == "both":
             self._e = Engine(self._layout, opts)

@@ -235,11 +235,11 @@ class _MetaStoreFails:
         self.calls = 0
         real = store.store_meta  # type: ignore[attr-defined]  # the name the store calls
 
-        def fake(path: str, meta: Any, swap: Any = None) -> None:
+        def fake(path: str, meta: Any, swap: Any = None, *, mode: int = 0o600) -> None:
             if self.on:
                 self.calls += 1
                 raise OSError(errno.ENOSPC, "No space left on device", path)
-            real(path, meta, swap)
+            real(path, meta, swap, mode=mode)
 
         monkeypatch.setattr(store, "store_meta", fake)
 

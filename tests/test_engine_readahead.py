@@ -199,7 +199,7 @@ async def test_a_failing_sync_round_does_not_starve_the_consumer(
     async with DiskQueue(tmp_path, "q", **opts) as q:
         assert await q.get() == b"x" * 100
 
-        def no_meta(path: str, meta: object, swap: object = None) -> None:
+        def no_meta(path: str, meta: object, swap: object = None, *, mode: int = 0o600) -> None:
             raise OSError(errno.EIO, "injected")
 
         monkeypatch.setattr(_store, "store_meta", no_meta)

@@ -25,7 +25,14 @@ from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from .._format.meta import Meta
 from .._format.scan import Record
-from ..errors import CorruptionError, DiskQueueError, MessageSizeError, QueueClosed, QueueEmpty
+from ..errors import (
+    CorruptionError,
+    DiskQueueError,
+    MessageSizeError,
+    QueueClosed,
+    QueueEmpty,
+    QueuePermissionError,
+)
 from .options import MiB, Options, Statistics
 from .position import Runs, Stretch
 
@@ -59,6 +66,8 @@ def wake(fut: asyncio.Future[Any] | None) -> None:
 
 def describe_error(exc: BaseException) -> str:
     """A short text for ``exc``: for an OSError its message, errno name and file."""
+    if isinstance(exc, QueuePermissionError):
+        return str(exc)  # names the file, its mode and owner
     if isinstance(exc, OSError) and exc.errno is not None:
         name = errno.errorcode.get(exc.errno, str(exc.errno))
         where = f" on {exc.filename}" if exc.filename else ""
@@ -66,6 +75,24 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, DiskQueueError) and isinstance(exc.__cause__, OSError):
         return describe_error(exc.__cause__)
     return repr(exc)
+
+
+def broken_error(name: str, exc: BaseException) -> DiskQueueError:
+    """The error for a call on queue ``name``, broken by ``exc``."""
+    if isinstance(exc, QueuePermissionError):  # still a PermissionError, for the caller
+        denied = QueuePermissionError(
+            exc.path, exc.mode, exc.uid, exc.gid,
+            f"queue {name!r} is broken: {exc}; close it and open it again once this "
+            "process may read the file")
+        denied.__cause__ = exc
+        return denied
+    err = DiskQueueError(
+        f"queue {name!r} is broken: {describe_error(exc)}; nothing more is "
+        "written or read through this queue object. What was stored before stays on "
+        "disk: close it and open the queue again once the cause is fixed (for "
+        "example, the filesystem is writable again or has free space)")
+    err.__cause__ = exc
+    return err
 
 
 def fail(waiters: list[asyncio.Future[None]], exc: BaseException) -> None:
@@ -275,13 +302,7 @@ class QueueBuffers:
         name = self.layout.name
         if self.state is Lifecycle.BROKEN:
             assert self.error is not None
-            err = DiskQueueError(
-                f"queue {name!r} is broken: {describe_error(self.error)}; nothing more is "
-                "written or read through this queue object. What was stored before stays on "
-                "disk: close it and open the queue again once the cause is fixed (for "
-                "example, the filesystem is writable again or has free space)")
-            err.__cause__ = self.error
-            return err
+            return broken_error(name, self.error)
         if self.state is Lifecycle.NEW:
             return QueueClosed(f"queue {name!r} is not open yet")
         if self.state is QUEUE_SHUTDOWN:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 
+from .._format.access import open_file, read_fd
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, load_meta, store_meta
 from .._format.roles import (
@@ -85,7 +86,7 @@ class ConsumerEngine(RoleEngine):
             start = (min(segs, default=0), 0)
             on_disk = Meta(0, *start, *start)
         base = seqs_for(on_disk, read_seqs(mfd))
-        self._pfd = os.open(lay.role_path("producer"), os.O_RDWR | os.O_CREAT, 0o644)
+        self._pfd = open_file(lay.role_path("producer"), os.O_RDWR | os.O_CREAT, lay.file_mode)
         rec = read_record(self._pfd)
         read = on_disk.read
         self.seq_r0 = base.seq_r
@@ -148,7 +149,7 @@ class ConsumerEngine(RoleEngine):
                 os.close(self._fd)
                 self._fd, self._fnum = -1, -1
             try:
-                self._fd = os.open(self.layout.segment_path(num), os.O_RDONLY)
+                self._fd = read_fd(self.layout.segment_path(num))
             except FileNotFoundError:
                 return None
             self._fnum = num
@@ -204,8 +205,9 @@ class ConsumerEngine(RoleEngine):
         """Store the read position (on the meta thread), then delete the segments it has
         moved past; ``(read, seq_r, bytes freed)``."""
         self._sync_data(view[0])
-        with meta_lock(self.layout.roles_path) as mfd:
-            store_role_meta(self.layout.meta_path, mfd, read, seq_r, view, seq_w)
+        with meta_lock(self.layout.roles_path, self.layout.file_mode) as mfd:
+            store_role_meta(self.layout.meta_path, mfd, read, seq_r, view, seq_w,
+                            mode=self.layout.file_mode)
             self._publish(read, seq_r)
             # The meta past them is durable: the segments before the read file go now
             # (the reader is past them: a file it still has open is only unlinked).
@@ -228,7 +230,7 @@ class ConsumerEngine(RoleEngine):
         (any descriptor of a file flushes it) and, for a new one, the directory. Earlier
         segments were fsynced by the producer when it rolled."""
         try:
-            fd = os.open(self.layout.segment_path(fnum), os.O_RDONLY)
+            fd = read_fd(self.layout.segment_path(fnum))
         except FileNotFoundError:
             return  # not created yet: the position is its start
         try:
@@ -338,7 +340,7 @@ class ConsumerEngine(RoleEngine):
         nxt = max(self._view[0], *self.layout.segments()) + 1
         new = Seqs(Meta(0, nxt, 0, nxt, 0), self.seq_w, self.seq_w)
         os.pwrite(mfd, encode_seqs(last, new), 0)  # before the meta: see store_role_meta
-        store_meta(self.layout.meta_path, new.meta)
+        store_meta(self.layout.meta_path, new.meta, mode=self.layout.file_mode)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd, self._fnum = -1, -1

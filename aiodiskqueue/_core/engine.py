@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections import deque
 
+from .._format.access import as_queue_error, check_dir, make_dirs
 from .._format.layout import Layout
 from .._format.lock import QueueLock
 from .._format.meta import Meta
@@ -59,7 +59,7 @@ class Engine(ErrorPaths):
 
         self.store = SegmentStore(layout, opts.max_bytes_per_file, opts.min_msg_size,
                                   opts.max_msg_size, opts.strict)
-        self.lock = QueueLock(layout.lock_path)
+        self.lock = QueueLock(layout.lock_path, layout.file_mode)
         self.io: IOThread | None = None
         self.lane: _lane.WriteLane | None = None
         self.parked = False  # the ioLoop waits between hops: a put may send a hop itself
@@ -87,7 +87,9 @@ class Engine(ErrorPaths):
             self.io = None
             self.settle()
             self.state = Lifecycle.CLOSED
-            if isinstance(exc, OSError):
+            if isinstance(exc, PermissionError):
+                raise as_queue_error(exc, self.layout.directory) from exc
+            if isinstance(exc, OSError) and not isinstance(exc, DiskQueueError):
                 raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
                                      f"{self.layout.directory!r}: {exc}") from exc
             raise
@@ -120,7 +122,8 @@ class Engine(ErrorPaths):
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.layout.name}")
 
     def _open_blocking(self) -> OpenState:
-        os.makedirs(self.layout.directory, exist_ok=True)
+        check_dir(self.layout.directory)
+        make_dirs(self.layout.directory, self.layout.dir_mode)
         self.lock.acquire()
         try:
             return self.store.open()

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .._format.access import as_queue_error
 from .._format.layout import Layout
 from ..errors import DiskQueueError
 from .buffers import Lifecycle, QueueBuffers, describe_error, fail, wake
@@ -49,6 +50,8 @@ class ErrorPaths(QueueBuffers):
         """The DiskQueueError a waiter gets for ``exc`` raised by a hop."""
         if isinstance(exc, DiskQueueError):
             return exc
+        if isinstance(exc, PermissionError):
+            return as_queue_error(exc, self.layout.directory)
         err = DiskQueueError(f"queue {self.layout.name!r}: {describe_error(exc)}")
         err.__cause__ = exc
         return err

@@ -14,8 +14,9 @@ import asyncio
 import logging
 import os
 
+from .._format.access import open_file
 from .._format.layout import Layout, fsync_dir
-from ..errors import DiskQueueError
+from ..errors import DiskQueueError, QueuePermissionError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def make_marker(layout: Layout) -> None:
 
     Raises OSError if it cannot be created or synced.
     """
-    fd = os.open(layout.empty_marker_path, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = open_file(layout.empty_marker_path, os.O_WRONLY | os.O_CREAT, layout.file_mode)
     try:
         os.fsync(fd)
     finally:
@@ -75,6 +76,8 @@ class EmptyMarker:
         except OSError as exc:
             if self._fut is fut:
                 self._fut = None
+            if isinstance(exc, QueuePermissionError):
+                raise
             raise DiskQueueError(f"cannot make {self._layout.empty_marker_path} durable, so "
                                  f"an empty message cannot be stored: {exc}") from exc
         self._made = True

@@ -55,6 +55,24 @@ def as_bytes(item: object) -> bytes:
     raise TypeError(f"a message must be bytes, bytearray or memoryview, got {type(item).__name__}")
 
 
+def check_mode(name: str, value: object, owner: int) -> int:
+    """A permission mode: an int in ``[0, 0o777]`` that grants the owner at least the
+    bits ``owner`` (``0o600`` read and write for files, ``0o700`` with search for
+    directories).
+
+    Raises TypeError or ValueError naming the bad value (in octal).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int such as 0o{owner:o}, got "
+                        f"{type(value).__name__} {value!r}")
+    if not 0 <= value <= 0o777:
+        raise ValueError(f"{name} must be a permission mode in [0o0, 0o777], got {value:#o}")
+    if value & owner != owner:
+        what = "read and write" if owner == 0o600 else "read, write and search"
+        raise ValueError(f"{name} must let the owner {what} ({owner:#o}), got {value:#o}")
+    return value
+
+
 def check_max_items(value: object) -> int:
     """``max_items`` of a ``get_many`` call: an int >= 1.
 
@@ -96,6 +114,12 @@ class Options:
     strict: bool = False
     spin_us: int = 250
     inline_writes: bool = False
+    file_mode: int = 0o600
+    """Mode of every file the queue creates, set exactly (the umask does not apply);
+    files that exist keep theirs. Not checked against the other role's: each process
+    sets the mode of the files it creates (see docs/guide/processes.md)."""
+    dir_mode: int = 0o700
+    """Mode of the directories the queue creates (its own, missing parents, dead letters)."""
 
     def __post_init__(self) -> None:
         integer("max_bytes_per_file", self.max_bytes_per_file, 1)
@@ -112,6 +136,8 @@ class Options:
         integer("read_buffer_bytes", self.read_buffer_bytes, 4096)
         integer("write_buffer_bytes", self.write_buffer_bytes, 4096)
         integer("spin_us", self.spin_us, 0, 1_000_000)
+        check_mode("file_mode", self.file_mode, 0o600)
+        check_mode("dir_mode", self.dir_mode, 0o700)
         for flag in ("strict", "inline_writes"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {type(getattr(self, flag)).__name__}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from .._format.access import read_fd
 from .._format.layout import Layout
 from .._format.meta import Meta, load_meta
 from .._format.roles import (
@@ -69,16 +70,17 @@ class ProducerEngine(RoleEngine):
         self._store_meta_locked(mfd, st.meta.read)
         self.runs.reset(self._read_seen)
         self._publish(self.write_at, self.seq_w)
-        self._roles_fd = os.open(lay.roles_path, os.O_RDONLY)
+        self._roles_fd = read_fd(lay.roles_path)
 
     def _store_meta_locked(self, mfd: int, read: tuple[int, int] | None = None) -> None:
         self.stored(store_role_meta(self.layout.meta_path, mfd, read, self.seq_r, self.write_at,
-                                    self.seq_w))
+                                    self.seq_w, mode=self.layout.file_mode))
 
     def _store_meta(self, at: tuple[int, int], seq_w: int) -> Seqs:
         """Store the meta with write half ``at`` (numbered ``seq_w``): on the meta thread."""
-        with meta_lock(self.layout.roles_path) as mfd:
-            return store_role_meta(self.layout.meta_path, mfd, None, 0, at, seq_w)
+        with meta_lock(self.layout.roles_path, self.layout.file_mode) as mfd:
+            return store_role_meta(self.layout.meta_path, mfd, None, 0, at, seq_w,
+                                   mode=self.layout.file_mode)
 
     def stored(self, res: Seqs) -> None:
         if res.seq_r >= self.seq_r:

@@ -26,6 +26,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from .._format.access import make_dirs, open_file
 from .._format.layout import Layout, file_size, free_bad_name, fsync_dir
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted, spare_path
 from .._format.scan import (
@@ -76,7 +77,7 @@ class Recovery:
     def run(self) -> OpenState:
         """Recover the queue's state from its files; the store takes over its write position."""
         lay = self.layout
-        os.makedirs(lay.directory, exist_ok=True)
+        make_dirs(lay.directory, lay.dir_mode)
         segs = lay.segments()
         self.marked = os.path.exists(lay.empty_marker_path)
         bad_before = len(lay.bad_files())
@@ -244,7 +245,8 @@ class Recovery:
                 raise CorruptionError(path, end, "record length outside the allowed range"
                                       if problem == BAD_LENGTH else "truncated record")
             dst = self.layout.free_bad_path(num)
-            with open(path, "rb") as src, open(dst, "wb") as out:
+            out_fd = open_file(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.layout.file_mode)
+            with open(path, "rb") as src, open(out_fd, "wb") as out:
                 src.seek(end)
                 while chunk := src.read(1 << 20):
                     out.write(chunk)

@@ -30,6 +30,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from .._format.access import as_queue_error, check_dir, make_dirs
 from .._format.layout import Layout
 from .._format.lock import RoleLock
 from .._format.meta import Meta
@@ -39,7 +40,13 @@ from .._format.roles import (
     live_record,
     meta_lock,
 )
-from ..errors import DiskQueueError, OptionConflict, QueueLocked, RoleError
+from ..errors import (
+    DiskQueueError,
+    OptionConflict,
+    QueueLocked,
+    QueuePermissionError,
+    RoleError,
+)
 from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
 from .iothread import IOThread
 from .notify import FileWatch
@@ -60,7 +67,7 @@ class RoleEngine(QueueBuffers):
     def __init__(self, layout: Layout, opts: Options) -> None:
         super().__init__(layout, opts)
         self._direct_left = 0  # DiskQueue.put reads it: never a direct write here
-        self.lock = RoleLock(layout.lock_path, layout.role_path(self.role))
+        self.lock = RoleLock(layout.lock_path, layout.role_path(self.role), layout.file_mode)
         self.session = random.getrandbits(62) + 1
         self._rfd = -1
         self.io: IOThread | None = None
@@ -89,7 +96,9 @@ class RoleEngine(QueueBuffers):
             self.io.stop()
             self.io = None
             self.state = Lifecycle.CLOSED
-            if isinstance(exc, OSError):
+            if isinstance(exc, PermissionError):
+                raise as_queue_error(exc, self.layout.directory) from exc
+            if isinstance(exc, OSError) and not isinstance(exc, DiskQueueError):
                 raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
                                      f"{self.layout.directory!r} as {self.role}: {exc}") from exc
             raise
@@ -101,11 +110,12 @@ class RoleEngine(QueueBuffers):
         self.task = loop.create_task(self._run(), name=f"aiodiskqueue-{self.role}")
 
     def _open_locked(self) -> None:
+        check_dir(self.layout.directory)  # else a queue it may not see looks like none
         self._before_lock()
-        os.makedirs(self.layout.directory, exist_ok=True)
+        make_dirs(self.layout.directory, self.layout.dir_mode)
         self._rfd = self.lock.acquire()
         try:
-            with meta_lock(self.layout.roles_path) as mfd:
+            with meta_lock(self.layout.roles_path, self.layout.file_mode) as mfd:
                 self._check_peer()
                 self._open(mfd)
         except BaseException:
@@ -216,6 +226,9 @@ class RoleEngine(QueueBuffers):
         self.storing, self._store_waiters = None, []
         try:
             res = fut.result()
+        except QueuePermissionError as exc:
+            fail(waiters, exc)  # names the file and its mode as it is
+            raise
         except OSError as exc:
             err = DiskQueueError(f"storing the meta of {self.layout.name!r} failed: {exc}")
             err.__cause__ = exc
@@ -324,14 +337,15 @@ class RoleEngine(QueueBuffers):
         self.wake_all_putters()
 
     def _purge_blocking(self) -> Meta:
-        other = RoleLock(self.layout.lock_path, self.layout.role_path(self.peer))
+        other = RoleLock(self.layout.lock_path, self.layout.role_path(self.peer),
+                         self.layout.file_mode)
         try:
             other.acquire()
         except QueueLocked as exc:
             raise RoleError(self.role, f"purge() while process {exc.pid} holds the "
                                        f"{self.peer} role (it needs both roles)") from None
         try:
-            with meta_lock(self.layout.roles_path) as mfd:
+            with meta_lock(self.layout.roles_path, self.layout.file_mode) as mfd:
                 return self._purge_files(mfd)
         finally:
             other.release()

@@ -13,6 +13,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from .._format.access import open_file, read_fd
 from .._format.codec import HEADER, HEADER_SIZE, frame
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, Swap, store_meta, swap_names
@@ -145,7 +146,7 @@ class SegmentStore:
         if self._wfd is None:
             path = self.layout.segment_path(self.write_file)
             existed = os.path.exists(path)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = open_file(path, os.O_WRONLY | os.O_CREAT, self.layout.file_mode)
             if os.fstat(fd).st_size != self.write_pos:
                 # Only bytes past our own write position: a torn tail already reported.
                 os.ftruncate(fd, self.write_pos)
@@ -348,7 +349,7 @@ class SegmentStore:
             fsync_dir(self.layout.directory)
             self._dir_dirty = False
         if meta is not None and meta != self.meta_on_disk:
-            store_meta(self.layout.meta_path, meta, self._swap)
+            store_meta(self.layout.meta_path, meta, self._swap, mode=self.layout.file_mode)
             self.meta_on_disk = meta
             # Deleting a consumed segment only after the meta that moved past it is
             # durable means a crash can never leave the meta pointing at a deleted file.
@@ -498,7 +499,7 @@ class SegmentStore:
                 os.close(self._rfd)
                 self._rfd, self._rnum = None, -1
             try:
-                self._rfd = os.open(self.layout.segment_path(num), os.O_RDONLY)
+                self._rfd = read_fd(self.layout.segment_path(num))
             except FileNotFoundError:
                 return None
             self._rnum = num
@@ -537,7 +538,7 @@ class SegmentStore:
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd, self._rnum = None, -1
-        store_meta(self.layout.meta_path, meta)
+        store_meta(self.layout.meta_path, meta, mode=self.layout.file_mode)
         self.meta_on_disk = meta
         for num in sorted(self.layout.segments()):
             if num < nxt:

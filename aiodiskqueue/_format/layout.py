@@ -37,10 +37,13 @@ def file_size(path: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Where the files of queue ``name`` live inside ``directory``."""
+    """Where the files of queue ``name`` live inside ``directory``, and the modes the
+    queue creates them with (its ``file_mode`` and ``dir_mode`` options)."""
 
     directory: str
     name: str
+    file_mode: int = 0o600
+    dir_mode: int = 0o700
 
     @property
     def meta_path(self) -> str:
@@ -149,10 +152,12 @@ sibling ``NAME.dead``, which is also a valid name of an unrelated queue).
 """
 
 
-def dead_letter_layout(directory: str, name: str) -> Layout:
+def dead_letter_layout(directory: str, name: str, file_mode: int = 0o600,
+                       dir_mode: int = 0o700) -> Layout:
     """Where the dead-letter queue of AckQueue ``name`` lives: queue ``name`` in
     ``NAME.dead-letters/``."""
-    return Layout(os.path.join(directory, name + DEAD_LETTER_DIR_SUFFIX), name)
+    return Layout(os.path.join(directory, name + DEAD_LETTER_DIR_SUFFIX), name, file_mode,
+                  dir_mode)
 
 
 def legacy_dead_letter_layout(directory: str, name: str) -> Layout:

@@ -12,25 +12,28 @@ import fcntl
 import os
 
 from ..errors import QueueLocked
+from .access import open_file
 from .probe import held_exclusively
 from .roles import holder_pid
 
 
 class QueueLock:
-    """An exclusive, non-blocking lock on one queue."""
+    """An exclusive, non-blocking lock on one queue; its file is created with ``mode``."""
 
-    __slots__ = ("_fd", "path")
+    __slots__ = ("_fd", "mode", "path")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, mode: int = 0o600) -> None:
         self.path = path
+        self.mode = mode
         self._fd: int | None = None
 
     def acquire(self) -> None:
         """Take the lock.
 
-        Raises QueueLocked if another process or queue object holds it.
+        Raises QueueLocked if another process or queue object holds it,
+        QueuePermissionError if this process may not open its file.
         """
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_file(self.path, os.O_RDWR | os.O_CREAT, self.mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -60,22 +63,25 @@ class QueueLock:
 class RoleLock:
     """One role of a queue: ``flock(LOCK_SH)`` on ``NAME.diskqueue.lock`` (so that a
     queue opened whole, by this or an older version, conflicts with every role) and
-    ``flock(LOCK_EX)`` on the role's own file (one holder per role)."""
+    ``flock(LOCK_EX)`` on the role's own file (one holder per role). Files it creates
+    get ``mode``."""
 
-    __slots__ = ("_fds", "lock_path", "role_path")
+    __slots__ = ("_fds", "lock_path", "mode", "role_path")
 
-    def __init__(self, lock_path: str, role_path: str) -> None:
+    def __init__(self, lock_path: str, role_path: str, mode: int = 0o600) -> None:
         self.lock_path = lock_path
         self.role_path = role_path
+        self.mode = mode
         self._fds: list[int] = []
 
     def acquire(self) -> int:
         """Take the role; return the role file's descriptor (open read-write).
 
         Raises QueueLocked naming the holder if the queue is open whole, or the role is
-        held by another process or queue object.
+        held by another process or queue object, QueuePermissionError if this process
+        may not open a file of it.
         """
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_file(self.lock_path, os.O_RDWR | os.O_CREAT, self.mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -83,7 +89,7 @@ class RoleLock:
             raise QueueLocked(self.lock_path, read_lock_pid(self.lock_path)) from None
         self._fds.append(fd)
         try:
-            rfd = os.open(self.role_path, os.O_RDWR | os.O_CREAT, 0o644)
+            rfd = open_file(self.role_path, os.O_RDWR | os.O_CREAT, self.mode)
         except BaseException:
             self.release()
             raise

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .access import open_file, read_fd
 from .layout import fsync_dir
 from .space import exchange_paths
 
@@ -142,7 +143,7 @@ def load_meta(path: str) -> Meta | None:
     error = ValueError(f"{path} changed during each of {_LOAD_TRIES} reads")
     for _ in range(_LOAD_TRIES):
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = read_fd(path)
         except FileNotFoundError:
             return None
         try:
@@ -181,7 +182,8 @@ def swap_names(path: str) -> tuple[bytes, bytes, bytes]:
             os.fsencode(os.path.basename(spare_path(path))), os.fsencode(os.path.basename(path)))
 
 
-def store_meta(path: str, meta: Meta, swap: Swap | None = None) -> None:
+def store_meta(path: str, meta: Meta, swap: Swap | None = None, *,
+               mode: int = 0o600) -> None:
     """Replace the meta file atomically and durably.
 
     The new content goes into the spare file when there is one (blocks already
@@ -192,7 +194,8 @@ def store_meta(path: str, meta: Meta, swap: Swap | None = None) -> None:
     the filesystem cannot swap names (or there is no meta file yet), the file
     is renamed over the meta file and a new spare allocated (best effort: on a
     full disk the next store tries again). Either way the directory is fsynced,
-    so the change survives a power cut.
+    so the change survives a power cut. A temp file or spare made here gets exactly
+    ``mode``, and so does the meta file it becomes.
 
     ``swap``, when given, is a native version of the common case (the spare exists and
     the names can be swapped) that releases the GIL once for all of its system calls
@@ -207,11 +210,11 @@ def store_meta(path: str, meta: Meta, swap: Swap | None = None) -> None:
     if swap is not None and not swap(*swap_names(path), data):
         return
     try:
-        fd = os.open(spare, os.O_WRONLY)
+        fd = open_file(spare, os.O_WRONLY, mode)
         tmp = spare
     except FileNotFoundError:
         tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         # Write into allocated blocks, then shrink: neither needs a free block.
         os.write(fd, data)
@@ -230,18 +233,18 @@ def store_meta(path: str, meta: Meta, swap: Swap | None = None) -> None:
     os.replace(tmp, path)
     fsync_dir(directory)
     try:
-        make_spare(path)
+        make_spare(path, mode=mode)
     except OSError:
         pass  # the meta is stored; the next store uses a temp file, or makes the spare
 
 
-def make_spare(path: str) -> bool:
+def make_spare(path: str, *, mode: int = 0o600) -> bool:
     """Allocate the spare file for the next meta store of ``path``; False if there is no room.
 
     Raises OSError on errors other than a full disk or quota.
     """
     spare = spare_path(path)
-    fd = os.open(spare, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = open_file(spare, os.O_WRONLY | os.O_CREAT, mode)
     try:
         os.posix_fallocate(fd, 0, SPARE_SIZE)
         return True

@@ -6,13 +6,15 @@ from __future__ import annotations
 import fcntl
 import os
 
+from .access import read_fd
+
 
 def held_exclusively(path: str) -> bool | None:
     """True if some process (or queue object) holds ``path``'s flock exclusively, False if
     not, None if the file does not exist. A shared non-blocking probe: it creates nothing
     and never blocks a holder of a shared lock."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = read_fd(path)
     except FileNotFoundError:
         return None
     try:

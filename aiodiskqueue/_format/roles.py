@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .access import open_file, read_fd
 from .meta import Meta, load_meta, store_meta
 from .probe import held_exclusively
 
@@ -115,7 +116,7 @@ def read_record(fd: int) -> RoleRecord | None:
 def read_record_at(path: str) -> RoleRecord | None:
     """The record in the role file at ``path``, None if there is none."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = read_fd(path)
     except FileNotFoundError:
         return None
     try:
@@ -182,7 +183,7 @@ def read_seqs(fd: int) -> tuple[Seqs | None, Seqs | None]:
 
 
 def store_role_meta(meta_path: str, fd: int, read: tuple[int, int] | None, seq_r: int,
-                    write: tuple[int, int] | None, seq_w: int) -> Seqs:
+                    write: tuple[int, int] | None, seq_w: int, *, mode: int = 0o600) -> Seqs:
     """Store the meta at ``meta_path`` with the meta writers' lock held (``fd``: the roles
     file, see :func:`meta_lock`). A half given as None is taken from the meta stored last
     (the other role's); so is a write half older than the stored one. The roles file is
@@ -204,7 +205,7 @@ def store_role_meta(meta_path: str, fd: int, read: tuple[int, int] | None, seq_r
         write, seq_w = last.meta.write, last.seq_w
     cur = Seqs(Meta(max(0, seq_w - seq_r), *read, *write), seq_r, seq_w)
     os.pwrite(fd, encode_seqs(last, cur), 0)
-    store_meta(meta_path, cur.meta)
+    store_meta(meta_path, cur.meta, mode=mode)
     return cur
 
 
@@ -214,7 +215,7 @@ def holder_pid(path: str) -> int | None:
     if not held_exclusively(path):
         return None
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = read_fd(path)
     except FileNotFoundError:  # released and removed since the probe
         return None
     try:
@@ -261,10 +262,10 @@ def published_record(path: str) -> RoleRecord | None:
 
 
 @contextmanager
-def meta_lock(path: str) -> Iterator[int]:
-    """Hold the meta writers' lock (``NAME.diskqueue.roles``); yields its descriptor,
-    whose bytes are the roles file (see :func:`decode_seqs`)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def meta_lock(path: str, mode: int = 0o600) -> Iterator[int]:
+    """Hold the meta writers' lock (``NAME.diskqueue.roles``, created with ``mode``);
+    yields its descriptor, whose bytes are the roles file (see :func:`decode_seqs`)."""
+    fd = open_file(path, os.O_RDWR | os.O_CREAT, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from .access import read_fd
 from .codec import HEADER, HEADER_SIZE, parse
 from .meta import Meta, read_is_trusted
 
@@ -96,7 +97,7 @@ def iter_spans(
     The last span yielded carries the problem, if any; iteration ends there.
     Raises OSError if the file cannot be opened.
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd = read_fd(path)
     try:
         yield from _spans(fd, file_num, pos, stop, min_size, max_size, chunk)
     finally:
@@ -240,7 +241,7 @@ def realign(path: str, file_num: int, pos: int, min_size: int, max_size: int) ->
 
     Reads the segment from its start: call it only after a problem was found.
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd = read_fd(path)
     try:
         end, problem = 0, None
         for span in _spans(fd, file_num, 0, pos, min_size, max_size):

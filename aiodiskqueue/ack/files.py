@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 
+from .._format.access import make_dirs
 from .._format.layout import (
     Layout,
     ack_log_files,
@@ -53,14 +54,16 @@ def remove_ack_queue_files(directory: str, name: str) -> None:
     fsync_dir(directory)
 
 
-def migrate_dead_letters(directory: str, name: str) -> bool:
+def migrate_dead_letters(directory: str, name: str, file_mode: int = 0o600,
+                         dir_mode: int = 0o700) -> bool:
     """Move the dead letters of AckQueue ``name`` from ``NAME.dead`` to ``NAME.dead-letters/``.
 
     Called on open with the data queue locked, before the ack log is
     opened. Nothing is moved if ``NAME`` has no ack log yet (a new queue: a
     ``NAME.dead`` beside it is another queue), if ``NAME.dead`` has no queue
     files or an ack log of its own (it is an AckQueue of its own), or once
-    the new place has a meta file (moved already). The
+    the new place has a meta file (moved already). A lock file or directory made
+    here gets ``file_mode`` or ``dir_mode``. The
     segments move first and the meta file last, so a crash in between is
     finished by the next open. Returns whether files were moved.
 
@@ -79,10 +82,10 @@ def migrate_dead_letters(directory: str, name: str) -> bool:
         log.warning("%s: both %s and %s hold dead letters; keeping the second, leaving the first",
                     name, old.meta_path, new.directory)
         return False
-    lock = QueueLock(old.lock_path)
+    lock = QueueLock(old.lock_path, file_mode)
     lock.acquire()
     try:
-        os.makedirs(new.directory, exist_ok=True)
+        make_dirs(new.directory, dir_mode)
         fsync_dir(directory)
         for num, path in sorted(segments.items()):
             os.rename(path, new.segment_path(num))

@@ -35,6 +35,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from .._format import nsq
+from .._format.access import open_file, read_fd
 from .._format.layout import ack_log_files, ack_log_path
 from .._format.space import reserve_past_end
 from .codec import (
@@ -124,8 +125,9 @@ class AckLog:
     """Owner of the ack log's segment files (one thread at a time)."""
 
     def __init__(self, directory: str, name: str, segment_bytes: int,
-                 reserve_bytes: int = 0) -> None:
+                 reserve_bytes: int = 0, mode: int = 0o600) -> None:
         self.directory = directory
+        self.mode = mode  # of the segments it creates
         self.name = name
         self.segment_bytes = segment_bytes
         self.reserve_bytes = reserve_bytes
@@ -158,7 +160,7 @@ class AckLog:
         commit: tuple[int, int, int] | None = None
         cut = 0
         for i, num in enumerate(nums):
-            with open(self.path(num), "rb") as f:
+            with open(read_fd(self.path(num)), "rb") as f:
                 data = f.read()
             end, commit = self._replay(num, data, entries, commit)
             if end < len(data):
@@ -183,7 +185,7 @@ class AckLog:
             del self.sizes[empty]
         if nums:
             self.active = nums[-1]
-            self._fd = os.open(self.path(self.active), os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = open_file(self.path(self.active), os.O_RDWR | os.O_CREAT, self.mode)
             self.size = self.sizes[self.active]
             self._reserved_end = self.size
             self._top_up()
@@ -469,7 +471,7 @@ class AckLog:
         self._top_up()
 
     def _create(self, num: int) -> int:
-        return os.open(self.path(num), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        return open_file(self.path(num), os.O_RDWR | os.O_CREAT | os.O_TRUNC, self.mode)
 
     def _drop(self, num: int, fd: int) -> None:
         """Close and remove segment ``num``, created but never made active."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, final
 
 from .._core.iothread import IOThread
 from .._format import nsq
-from ..errors import DiskQueueError, QueueClosed
+from ..errors import DiskQueueError, QueueClosed, QueuePermissionError
 from .codec import head_record
 from .files import migrate_dead_letters
 from .journal import Entry, EntryState, Journal
@@ -113,6 +113,8 @@ class PumpConfig:
     sync_every: int
     sync_interval: float
     nsq: bool
+    file_mode: int = 0o600
+    dir_mode: int = 0o700
 
 
 @final
@@ -184,15 +186,21 @@ class Pump:
         if self.dead_q is not None:
             # The data queue's lock is held: no other opener of this queue races the move.
             try:
-                await loop.run_in_executor(None, migrate_dead_letters, cfg.directory, cfg.name)
+                await loop.run_in_executor(None, migrate_dead_letters, cfg.directory, cfg.name,
+                                           cfg.file_mode, cfg.dir_mode)
+            except QueuePermissionError:
+                raise
             except OSError as exc:
                 raise DiskQueueError(f"cannot move the dead letters of {cfg.name!r} in "
                                      f"{cfg.directory!r} to their new place: {exc}") from exc
             await self.dead_q.__aenter__()
         self._io = IOThread(f"aiodiskqueue-ack-{cfg.name}")
-        self._store = AckLog(cfg.directory, cfg.name, cfg.segment_bytes, cfg.reserve_bytes)
+        self._store = AckLog(cfg.directory, cfg.name, cfg.segment_bytes, cfg.reserve_bytes,
+                             cfg.file_mode)
         try:
             rec: Recovered = await self._io.run(self._store.open)
+        except QueuePermissionError:
+            raise
         except OSError as exc:
             raise DiskQueueError(f"cannot open the ack log of {cfg.name!r} in "
                                  f"{cfg.directory!r}: {exc}") from exc

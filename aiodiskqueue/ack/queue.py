@@ -95,6 +95,8 @@ class AckQueue:
         strict: bool = DEFAULTS.strict,
         spin_us: int = DEFAULTS.spin_us,
         inline_writes: bool = DEFAULTS.inline_writes,
+        file_mode: int = DEFAULTS.file_mode,
+        dir_mode: int = DEFAULTS.dir_mode,
     ) -> None:
         # Every keyword parameter but clock is a field of AckOptions or Options
         # (tests/test_options_one_definition.py keeps them equal): checked there, and
@@ -119,7 +121,7 @@ class AckQueue:
                 sync_every=_NO_SYNC_EVERY, sync_interval=_NO_SYNC_INTERVAL), role)
         self._dead_q: DiskQueue | None = None
         if o.max_attempts and role != "producer":
-            dead = dead_letter_layout(self._directory, name)
+            dead = dead_letter_layout(self._directory, name, o.core.file_mode, o.core.dir_mode)
             self._dead_q = DiskQueue._with_options(dead.directory, dead.name,
                                                    o.data_options(maxsize=0))
         self._clock_arg = clock
@@ -128,7 +130,8 @@ class AckQueue:
                                      segment_bytes=o.log_segment_bytes,
                                      reserve_bytes=o.log_reserve_bytes,
                                      sync_every=o.core.sync_every,
-                                     sync_interval=float(o.core.sync_interval), nsq=o.nsq),
+                                     sync_interval=float(o.core.sync_interval), nsq=o.nsq,
+                                     file_mode=o.core.file_mode, dir_mode=o.core.dir_mode),
                           self._data, self._dead_q)
         self._dispatcher = d = Dispatcher(name, self._data, self._pump, self._ids,
                                           nsq=o.nsq, max_in_flight=o.max_in_flight,

@@ -11,6 +11,8 @@ import socket
 import time
 from typing import Any
 
+from .._core.options import DEFAULTS
+from .._format.access import make_dirs, open_file
 from .._format.layout import fsync_dir
 from ._backend import open_store, remove_store
 from ._lookupd import LookupdPeer, command
@@ -54,7 +56,7 @@ class Broker:
 
     async def start(self) -> None:
         """Create the data directory and reopen the topics and channels of the last run."""
-        os.makedirs(self.data_dir, exist_ok=True)
+        make_dirs(self.data_dir, DEFAULTS.dir_mode)  # the queues' own default, owner-only
         # Ephemeral topics and channels do not outlive the process ('#' appears
         # in no other name): drop what a crash left of them.
         for f in os.listdir(self.data_dir):
@@ -210,7 +212,7 @@ class Broker:
     def _write_meta(self, data: bytes) -> None:
         path = self._meta_path()
         tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DEFAULTS.file_mode)
         try:
             os.write(fd, data)
             os.fsync(fd)

@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterable
 
+from .._format.access import queue_modes, read_fd
 from .._format.layout import Layout, fsync_dir
 from .._format.lock import QueueLock, RoleLock, lock_holder, read_lock_pid
 from .._format.meta import Meta, load_meta, store_meta
@@ -53,7 +54,7 @@ def lock_queue(layout: Layout, what: str, wait: float) -> QueueLock:
     it only for a moment, while a DiskQueue holds it as long as it is open."""
     deadline = time.monotonic() + wait
     while True:
-        lock = QueueLock(layout.lock_path)
+        lock = QueueLock(layout.lock_path, layout.file_mode)
         try:
             lock.acquire()
             return lock
@@ -88,7 +89,7 @@ def lock_consumer(layout: Layout, what: str, wait: float) -> RoleLock:
     """
     deadline = time.monotonic() + wait
     while True:
-        lock = RoleLock(layout.lock_path, layout.role_path("consumer"))
+        lock = RoleLock(layout.lock_path, layout.role_path("consumer"), layout.file_mode)
         try:
             lock.acquire()
             return lock
@@ -113,8 +114,10 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
     With a live producer (which holds the producer role), this takes the consumer role
     and stores only the meta's read half (see
     :func:`~aiodiskqueue._format.roles.store_role_meta`); otherwise the whole queue's
-    lock, as before.
+    lock, as before. A file it creates gets the mode of the queue's files
+    (:func:`~aiodiskqueue._format.access.queue_modes`).
     """
+    layout = queue_modes(layout)
     try:
         current = load_meta(layout.meta_path)
     except ValueError:
@@ -157,7 +160,7 @@ def release(layout: Layout, end: Pos, min_size: int, max_size: int, *,
                                           min_size, max_size)
             depth = view_meta.depth - consumed if depth_known else 0
             meta = Meta(max(depth, 0), *end, *view_meta.write)
-        store_meta(layout.meta_path, meta)
+        store_meta(layout.meta_path, meta, mode=layout.file_mode)
         # Deleting only after the meta that moved past a file is durable: a crash in
         # between leaves consumed files, which the next open removes.
         for num in sorted(segs):
@@ -172,7 +175,7 @@ def _release_beside_producer(layout: Layout, end: Pos, min_size: int, max_size: 
                              lock_wait: float, known: Iterable[int]) -> bool:
     role = lock_consumer(layout, "consume", lock_wait)
     try:
-        with meta_lock(layout.roles_path) as fd:
+        with meta_lock(layout.roles_path, layout.file_mode) as fd:
             on_disk = load_meta(layout.meta_path)
             if on_disk is None:
                 raise DiskQueueError(f"{layout.meta_path}: missing while a producer holds "
@@ -204,7 +207,8 @@ def _release_beside_producer(layout: Layout, end: Pos, min_size: int, max_size: 
                 for num in range(on_disk.write[0], write[0] + 1):
                     _fdatasync(layout.segment_path(num))
                 fsync_dir(layout.directory)
-            store_role_meta(layout.meta_path, fd, end, seq_r, write, seq_w)
+            store_role_meta(layout.meta_path, fd, end, seq_r, write, seq_w,
+                            mode=layout.file_mode)
         # Deleting only after the meta that moved past a file is durable; the producer's
         # write segment is at or after ``end``, never before it.
         for num in sorted(segs):
@@ -217,7 +221,7 @@ def _release_beside_producer(layout: Layout, end: Pos, min_size: int, max_size: 
 
 def _fdatasync(path: str) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = read_fd(path)
     except FileNotFoundError:
         return
     try:
@@ -247,7 +251,7 @@ def remove_drained(layout: Layout, min_size: int, max_size: int) -> bool:
     some process holds, or with records past its read position, is left alone.
     Returns whether the queue was removed.
     """
-    lock = QueueLock(layout.lock_path)
+    lock = QueueLock(layout.lock_path, queue_modes(layout).file_mode)
     try:
         lock.acquire()
     except QueueLocked:

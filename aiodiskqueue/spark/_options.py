@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._core.options import DEFAULTS, MiB, Options, check_name
+from .._core.options import DEFAULTS, MiB, Options, check_mode, check_name
 from .._format.group import group_layout, parse_shard
 from .._format.layout import Layout
 from ..errors import DiskQueueError
@@ -95,6 +95,22 @@ def _float(opts: Mapping[str, str], key: str, default: float) -> float:
     return value
 
 
+def _mode(opts: Mapping[str, str], key: str, owner: int) -> int | None:
+    """An octal permission mode (``660``, ``0660`` or ``0o660``), None if not given."""
+    raw = _get(opts, key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip().lower().removeprefix("0o"), 8)
+    except ValueError:
+        raise OptionError(key, f"must be an octal mode such as {owner | owner >> 3:o}, got "
+                               f"{raw!r}") from None
+    try:
+        return check_mode(key, value, owner)
+    except ValueError as exc:
+        raise OptionError(key, str(exc).removeprefix(key).strip()) from None
+
+
 def _bool(opts: Mapping[str, str], key: str, default: bool = False) -> bool:
     raw = _get(opts, key)
     if raw is None:
@@ -133,6 +149,10 @@ class SourceOptions:
     checkpoint_location: str | None = None
     fail_on_data_loss: bool = True
     remove_drained_after: float | None = None
+    file_mode: int | None = None
+    """``fileMode``: the mode of the files a write creates; None: those of the queue's
+    files, owner-only for a new queue."""
+    dir_mode: int | None = None
     group: bool = False  # ``name`` names a queue group (set by ``_group.resolve``)
 
     @property
@@ -221,6 +241,8 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         remove_drained_after=(None if drained_raw is None
                               else _float(opts, "removeDrainedAfter", 0.0)),
+        file_mode=_mode(opts, "fileMode", 0o600),
+        dir_mode=_mode(opts, "dirMode", 0o700),
     )
     return result
 
@@ -230,7 +252,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
 COMMON = ("path", "name", "format", "minMsgSize", "maxMsgSize", "lockWait")
 BATCH_READ = ("maxBytesPerPartition", "minPartitions", "arrow", "failOnDataLoss")
 STREAM_READ = ("consume", "maxRecordsPerTrigger", "maxBytesPerTrigger", "removeDrainedAfter")
-WRITE = ("maxBytesPerFile",)
+WRITE = ("maxBytesPerFile", "fileMode", "dirMode")
 STREAM_WRITE = ("writerId", "checkpointLocation")
 ALL_OPTIONS = COMMON + BATCH_READ + STREAM_READ + WRITE + STREAM_WRITE
 USES: dict[str, tuple[str, ...]] = {

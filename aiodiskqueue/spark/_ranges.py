@@ -21,6 +21,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .._format.access import read_fd
 from .._format.codec import HEADER_SIZE
 from .._format.layout import Layout
 from ..errors import DiskQueueError
@@ -48,7 +49,7 @@ def walk_boundaries(path: str, start: int, stop: int, every: int,
     runs past ``stop``: the task reading that range reports the problem.
     """
     cuts: list[int] = []
-    fd = os.open(path, os.O_RDONLY)
+    fd = read_fd(path)
     try:
         pos = start
         cut_at = start + every
@@ -180,7 +181,7 @@ def iter_blocks(layout: Layout, span: FileSpan, min_size: int, max_size: int,
     """
     path = layout.segment_path(span.num)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = read_fd(path)
     except FileNotFoundError:
         raise DiskQueueError(
             f"{path} is gone before its records were read: another process consumed or "
@@ -238,7 +239,7 @@ def walk_records(path: str, start: int, stop: int, max_rows: int | None,
     whether a limit stopped the walk, and whether a length outside
     ``[min_size, max_size]`` or a record cut short did.
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd = read_fd(path)
     try:
         pos = start
         while pos < stop:

@@ -11,6 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from .._format.access import make_dirs, open_file
 from .._format.codec import HEADER
 from .._format.layout import Layout, fsync_dir
 from .._format.meta import Meta, store_meta
@@ -43,13 +44,17 @@ class StagedWriter:
 
     With an ``owner`` line (see :func:`owner_line`) the writer creates its
     directory when missing and names the driver in it; without one the
-    directory must exist (its job's driver created it).
+    directory must exist (its job's driver created it). Its files (the queue's
+    segments once linked) get ``file_mode``, a directory it makes ``dir_mode``.
     """
 
     def __init__(self, directory: str, max_bytes_per_file: int,
-                 owner: str | None = None) -> None:
+                 owner: str | None = None, file_mode: int = 0o600,
+                 dir_mode: int = 0o700) -> None:
         self.directory = directory
         self.owner = owner
+        self.file_mode = file_mode
+        self.dir_mode = dir_mode
         self._owned = False
         self.max_bytes = max_bytes_per_file
         self.files: list[StagedFile] = []
@@ -71,10 +76,10 @@ class StagedWriter:
             except FileNotFoundError:
                 current = ""
             if current != self.owner:
-                create_job_dir(self.directory, self.owner)
+                create_job_dir(self.directory, self.owner, self.file_mode, self.dir_mode)
             self._owned = True
         self._path = os.path.join(self.directory, f"{self._prefix}-{len(self.files):06d}.dat")
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._fd = open_file(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.file_mode)
         self._pos = 0
         self._records = 0
 
@@ -206,15 +211,17 @@ def owner_line() -> str:
     return f"{socket.gethostname()} {pid} {process_start_time(pid)}\n"
 
 
-def create_job_dir(where: str, owner: str) -> None:
-    """Create a write job's staging directory with ``owner`` (:func:`owner_line`) in it.
+def create_job_dir(where: str, owner: str, file_mode: int = 0o600,
+                   dir_mode: int = 0o700) -> None:
+    """Create a write job's staging directory with ``owner`` (:func:`owner_line`) in it;
+    the directories it makes get ``dir_mode``, the owner file ``file_mode``.
 
     The owner file is replaced atomically: tasks that create the directory at
     the same time write the same line, and a sweep never reads half of one.
     """
-    os.makedirs(where, exist_ok=True)
+    make_dirs(where, dir_mode)
     tmp = os.path.join(where, f"{OWNER}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w") as f:
+    with open(open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode), "w") as f:
         f.write(owner)
     os.replace(tmp, os.path.join(where, OWNER))
 
@@ -277,13 +284,15 @@ def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,
     writer is not appended again. Returns the new meta, or None if nothing was
     appended. On an error before the meta is stored, the renames are undone.
 
+    Files and directories it creates get ``layout``'s modes.
+
     Raises QueueBusy if another process holds the queue's lock for more than
     ``lock_wait`` seconds.
     """
     files = [f for f in files if f.records]
     if not files and batch is None:
         return None  # an empty job leaves no trace, not even a lock file
-    os.makedirs(layout.directory, exist_ok=True)
+    make_dirs(layout.directory, layout.dir_mode)
     lock = lock_queue(layout, "append to", lock_wait)
     try:
         if batch is not None and batch[1] <= committed_batch(layout, batch[0]):
@@ -319,7 +328,7 @@ def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,
                 read = view.read if view.spans else (first, 0)
             depth += sum(f.records for f in files)
             meta = Meta(depth, *read, first + len(files) - 1, files[-1].size)
-            store_meta(layout.meta_path, meta)
+            store_meta(layout.meta_path, meta, mode=layout.file_mode)
         except BaseException:
             for dst, src in reversed(done):
                 try:
@@ -363,7 +372,7 @@ def record_batch(layout: Layout, writer: str, batch_id: int) -> None:
         data = {}
     data[writer] = batch_id
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, layout.file_mode)
     try:
         os.write(fd, json.dumps(data, sort_keys=True).encode())
         os.fsync(fd)

@@ -40,6 +40,7 @@ that record would append the replayed batch a second time.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -55,6 +56,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from .._format.access import queue_modes
 from .._format.layout import Layout
 from ..errors import MessageSizeError
 from . import _nsq
@@ -130,6 +132,16 @@ def _payloads(batch: pa.RecordBatch, column: str, options: SourceOptions) -> lis
     return values
 
 
+def _layout(options: SourceOptions) -> Layout:
+    """The queue written, with the modes of the files and directories the write creates:
+    ``fileMode`` and ``dirMode``, else those of the queue's files (owner-only for a new
+    queue)."""
+    lay = queue_modes(Layout(options.path, require_single_name(options)))
+    return dataclasses.replace(
+        lay, file_mode=lay.file_mode if options.file_mode is None else options.file_mode,
+        dir_mode=lay.dir_mode if options.dir_mode is None else options.dir_mode)
+
+
 def write_task(options: SourceOptions, job: str, column: str,
                batches: Iterator[pa.RecordBatch], owner: str | None) -> StagedMessage:
     """Stage one task's rows; remove what it staged if anything fails.
@@ -138,10 +150,11 @@ def write_task(options: SourceOptions, job: str, column: str,
     missing, naming the driver in it; a batch task (``owner`` None) whose
     directory is gone belongs to a job that already ended, and stages nothing.
     """
-    layout = Layout(options.path, require_single_name(options))
+    layout = _layout(options)
     where = staging_dir(layout, job)
     create = owner is not None
-    writer = StagedWriter(where, options.max_bytes_per_file, owner)
+    writer = StagedWriter(where, options.max_bytes_per_file, owner, layout.file_mode,
+                          layout.dir_mode)
     try:
         for batch in batches:
             writer.write(_payloads(batch, column, options))
@@ -173,7 +186,7 @@ class _Base:
         self.options = options
         self.name = require_single_name(options)
         self.column = check_write_schema(options, schema)
-        self.layout = Layout(options.path, self.name)
+        self.layout = _layout(options)
         self.owner = owner_line()
         self.job = uuid.uuid4().hex
 
@@ -190,7 +203,8 @@ class DiskQueueWriter(_Base, DataSourceArrowWriter):
 
     def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite)
-        create_job_dir(staging_dir(self.layout, self.job), self.owner)
+        create_job_dir(staging_dir(self.layout, self.job), self.owner, self.layout.file_mode,
+                       self.layout.dir_mode)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Stage this task's rows."""

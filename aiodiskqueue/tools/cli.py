@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -24,7 +25,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from .. import __version__
+from .._core.options import check_mode
 from .._format import nsq
+from .._format.access import as_queue_error, check_dir, queue_modes
 from .._format.group import group_names
 from .._format.layout import Layout, queue_names
 from .._format.lock import lock_holder
@@ -114,6 +117,7 @@ def _group(args: argparse.Namespace) -> GroupFiles | None:
     Raises CliError if the directory is missing or the name is both a queue and a group.
     """
     directory = args.directory
+    check_dir(directory, os.R_OK | os.X_OK)  # else a queue it may not see looks like none
     if not os.path.isdir(directory):
         raise CliError(f"not a directory: {directory}")
     try:
@@ -132,7 +136,9 @@ def _layout(args: argparse.Namespace) -> Layout:
             f"'{args.command}' works on one queue: each shard is the queue {args.name!r} in "
             f"its directory, e.g. '{args.command} {os.path.join(group.path, '000000')} "
             f"{args.name}' ('ls {directory}' lists the shards)")
-    lay = Layout(directory, args.name)
+    lay = queue_modes(Layout(directory, args.name))
+    if getattr(args, "file_mode", None) is not None:
+        lay = dataclasses.replace(lay, file_mode=args.file_mode)
     if not queue_exists(lay):
         raise CliError(f"no queue named {args.name!r} in {directory}")
     return lay
@@ -720,6 +726,18 @@ def _pos_int(text: str) -> int:
     return v
 
 
+def _file_mode(text: str) -> int:
+    try:
+        v = int(text.removeprefix("0o"), 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an octal mode such as 600, got {text!r}"
+                                         ) from None
+    try:
+        return check_mode("--file-mode", v, 0o600)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--file-mode ")) from None
+
+
 def _pos_float(text: str) -> float:
     v = float(text)
     if not v > 0:
@@ -791,6 +809,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be done and change nothing; exit 1 if repairs "
                         "are needed")
+    p.add_argument("--file-mode", type=_file_mode, default=None, metavar="MODE",
+                   help="octal mode of the files the repair creates, e.g. 660 (default: "
+                        "the mode of the queue's meta or lock file, else "
+                        "600); a .bad copy always gets the mode of the segment it copies")
     p.set_defaults(func=cmd_repair)
 
     p = queue_cmd("stats", "depth and put/get rates from the files", "one JSON object per "
@@ -816,6 +838,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except QueueNotFound as exc:
         sys.stderr.write(f"aiodiskqueue: {exc}\n")
+        return EXIT_ERROR
+    except PermissionError as exc:
+        sys.stderr.write(f"aiodiskqueue: {as_queue_error(exc, args.directory)}\n")
         return EXIT_ERROR
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):

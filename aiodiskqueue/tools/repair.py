@@ -8,11 +8,13 @@ as ``.bad`` files first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._format.access import open_file, read_fd
 from .._format.layout import Layout, free_bad_name, fsync_dir
 from .._format.lock import QueueLock
 from .._format.meta import Meta, store_meta
@@ -103,16 +105,27 @@ def _meta_text(m: Meta) -> str:
 
 
 def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = read_fd(path)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def execute(plan: Plan) -> list[str]:
+def _copy(src: str, dst: str) -> None:
+    """Copy ``src`` to the new file ``dst``, which gets ``src``'s mode exactly."""
+    with open(read_fd(src), "rb") as fin:
+        mode = os.fstat(fin.fileno()).st_mode & 0o777
+        with open(open_file(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as out:
+            shutil.copyfileobj(fin, out, 1 << 20)
+
+
+def execute(plan: Plan, file_mode: int = 0o600) -> list[str]:
     """Carry out ``plan`` (the caller holds the queue's lock); return what was done.
 
+    A quarantined copy gets the mode of the segment it copies (whoever could read
+    the segment can read its copy, nobody else); a placeholder segment, and a meta
+    file where there was none, get ``file_mode``.
     Each quarantined copy is complete and fsynced before its segment is cut.
     The meta file is stored last, atomically, so a crash part-way leaves a
     queue that the next repair or open still recovers.
@@ -133,7 +146,9 @@ def execute(plan: Plan) -> list[str]:
         elif a.kind == "quarantine":
             dst = free_bad_name(path)
             tmp = dst + ".tmp"
-            shutil.copyfile(path, tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)  # left by a repair that was cut short
+            _copy(path, tmp)
             _fsync_path(tmp)
             os.rename(tmp, dst)
             fsync_dir(lay.directory)
@@ -142,7 +157,7 @@ def execute(plan: Plan) -> list[str]:
             done.append(f"quarantined {a.file} as {os.path.basename(dst)}, kept bytes "
                         f"0..{a.offset}")
         elif a.kind == "placeholder":
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode)
             os.close(fd)
             done.append(f"created empty {a.file}")
         elif a.kind == "write meta":
@@ -151,7 +166,7 @@ def execute(plan: Plan) -> list[str]:
             raise ValueError(f"unknown repair action {a.kind!r}")
     fsync_dir(lay.directory)
     if any(a.kind == "write meta" for a in plan.actions):
-        store_meta(lay.meta_path, plan.meta)
+        store_meta(lay.meta_path, plan.meta, mode=file_mode)
         done.append(f"wrote {os.path.basename(lay.meta_path)}: {_meta_text(plan.meta)}")
     return done
 
@@ -160,16 +175,18 @@ def repair(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
            progress: Progress | None = None) -> tuple[Plan, list[str]]:
     """Lock the queue, analyze it again under the lock, and repair it.
 
+    Files it creates get ``layout.file_mode`` (see :func:`execute`).
+
     Raises QueueLocked if another process has the queue open, QueueNotFound
     if it does not exist, OSError if a step fails.
     """
     if not queue_exists(layout):
         raise QueueNotFound(layout.directory, layout.name)
-    lock = QueueLock(layout.lock_path)
+    lock = QueueLock(layout.lock_path, layout.file_mode)
     lock.acquire()
     try:
         plan = plan_repair(analyze(layout, min_size, max_size, progress))
-        done = execute(plan) if plan.needed else []
+        done = execute(plan, layout.file_mode) if plan.needed else []
     finally:
         lock.release()
     return plan, done
