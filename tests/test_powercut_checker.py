@@ -55,3 +55,14 @@ def test_the_broker_with_sync_every_1_requires_what_was_published_not_finished()
     a = acks("T 0 0", "A 0 0", "T 0 1", "A 0 1", "D 0 0", "G 0 0", "T 0 2")
     assert a.required("broker") == {(0, 1)}
     assert a.required("brokerdefault") == set()
+
+
+def test_a_job_left_as_whole_staged_files_is_counted_as_the_documented_window() -> None:
+    allowed: list[tuple[str, str]] = []
+    assert harness._spark_jobs(acks(*JOB, "C 1"), back(1, 0, 1, 2), allowed) == []
+    assert [a for a, _ in allowed] == ["whole staged files of a cut commit"]
+    out = harness.Outcome("prefix", allowed=allowed)
+    cut = harness.Cut("spark", 1, 0.1, [out], [])
+    header, _, row = harness.table([cut]).splitlines()
+    assert header.endswith("| hangs | allowed: whole staged files of a cut commit |")
+    assert row == "| spark | prefix | 1 | 1 | 0 | 0 | 1 |"

@@ -25,8 +25,8 @@ and ``role="consumer"``, each with its own files and meta stores; the images are
 as ``"both"``), ``procs`` (the same roles in two processes, cut at once), ``spark`` (Spark
 batch writes committed by the writer's own code, see :func:`spark`), ``broker`` and
 ``brokerdefault`` (NSQ clients publishing to a broker process whose data directory is
-on the mount, ``sync_every=1`` and the default settings, see :func:`broker`), ``produce`` (``sync1`` without a consumer: the self-test of a lost synced
-write) and
+on the mount, ``sync_every=1`` and the default settings, see :func:`broker`),
+``produce`` (``sync1`` without a consumer: the self-test of a lost synced write) and
 ``liar`` (like ``sync1``, but it reports a put before it makes it: the self-test).
 """
 
