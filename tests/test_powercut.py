@@ -32,7 +32,7 @@ import harness
 CUTS = int(os.environ.get("AIODISKQUEUE_POWERCUTS", "25"))
 # The workloads that start more processes (a consumer process, a broker, pyspark's
 # imports) cost 2-4 s a cut: fewer by default, AIODISKQUEUE_POWERCUTS for all alike.
-FEWER = {"procs": 6, "broker": 5, "brokerdefault": 2, "spark": 3}
+FEWER = {"procs": 6, "broker": 4, "brokerdefault": 2, "spark": 3}
 
 
 def cuts_for(wl: str) -> int:

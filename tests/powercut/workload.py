@@ -407,11 +407,12 @@ def broker(kind: str, directory: str, out: Report, rng: random.Random) -> None:
     sends ``FIN`` (60 %) or ``REQ`` (20 %), or leaves the message in flight."""
     import subprocess
 
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), f"{kind}-server",
+                               directory, "-", "0"], stdout=subprocess.PIPE, text=True)
+    # Imported while the broker starts.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from test_broker_support import RawClient
 
-    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), f"{kind}-server",
-                               directory, "-", "0"], stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
     line = server.stdout.readline()
     if not line.startswith("LISTENING"):
