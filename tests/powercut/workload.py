@@ -404,7 +404,8 @@ def broker(kind: str, directory: str, out: Report, rng: random.Random) -> None:
     """Publish over NSQ's TCP protocol to a broker process with its data directory on
     the mount: ``A p n`` once the broker answered ``OK`` to the ``PUB``; a consumer on
     channel ``c`` of topic ``t`` reports ``D p n`` on delivery and ``G p n`` before it
-    sends ``FIN`` (60 %) or ``REQ`` (20 %), or leaves the message in flight."""
+    sends ``FIN`` (60 %); it requeues 20 % (``REQ``) and leaves the rest in flight.
+    Topic ``u`` has no channel: its messages stay in the topic's own store."""
     import subprocess
 
     server = subprocess.Popen([sys.executable, os.path.abspath(__file__), f"{kind}-server",
