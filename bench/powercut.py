@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import harness
 
-WORKLOADS = ("sync1", "default", "ack", "ackdefault", "purge", "repair", "empty", "roles")
+WORKLOADS = ("sync1", "default", "ack", "ackdefault", "purge", "repair", "empty", "roles",
+             "procs", "spark", "broker", "brokerdefault")
 
 
 def main(argv: list[str] | None = None) -> int:

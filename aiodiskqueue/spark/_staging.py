@@ -312,7 +312,14 @@ def link(layout: Layout, files: list[StagedFile], min_size: int, max_size: int,
             # which no reader could ever deliver, before the file stops being the last one.
             log.warning("%s: truncating %d byte(s) of torn tail at offset %d",
                         layout.segment_path(num), size - whole, whole)
-            os.truncate(layout.segment_path(num), whole)
+            # Durable before the renames: after a power cut the torn bytes would be back
+            # in a segment that is no longer the last, read as damage there.
+            fd = os.open(layout.segment_path(num), os.O_WRONLY)
+            try:
+                os.ftruncate(fd, whole)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         done: list[tuple[str, str]] = []
         try:
             for i, f in enumerate(files):

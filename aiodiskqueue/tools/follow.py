@@ -137,7 +137,8 @@ class Follower:
 
     Call :meth:`poll` repeatedly; each call returns the messages written since
     the previous one. A record still being written (an incomplete tail) is
-    waited for, not reported.
+    waited for, not reported. The newest segment's zero-filled tail is held back
+    and reported once, by the queue's rule (see :func:`_zero_tail`).
     """
 
     def __init__(self, layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
@@ -162,7 +163,14 @@ class Follower:
             if path is not None:
                 fname = os.path.basename(path)
                 try:
-                    for span in iter_spans(path, self.fnum, self.pos, None,
+                    # The newest segment may end in a zero-filled tail: held back (read
+                    # again next time), not skipped, so records written after zero-length
+                    # ones that were real still come, in order.
+                    stop, zeros = (None, None) if newer else _zero_tail(
+                        self.layout, self.fnum, path, self.pos, self.min_size, self.max_size)
+                    if zeros is not None and os.path.exists(path):
+                        self._report_once(zeros)
+                    for span in iter_spans(path, self.fnum, self.pos, stop,
                                            self.min_size, self.max_size):
                         for payload, _, end in span.records:
                             out.append(StoredMessage(self.index, fname, end - 4 - len(payload),
@@ -181,6 +189,12 @@ class Follower:
             if not newer:
                 return out
             self.fnum, self.pos = newer[0], 0
+
+    def _report_once(self, problem: Problem) -> None:
+        key = (self.fnum, problem.offset)
+        if key not in self._reported:
+            self._reported.add(key)
+            self.problems.append(problem)
 
     def _report(self, path: str, span: Span) -> None:
         key = (self.fnum, span.end)
@@ -222,6 +236,7 @@ class Watcher:
     Puts are the whole records that appear past the previously seen end of the
     data; the read position comes from the meta file, so gets are seen when the
     queue syncs its meta (every ``sync_every`` messages or ``sync_interval``).
+    The newest segment's zero-filled tail counts as neither depth nor puts.
     Each sample scans only new bytes and the unread part of the read segment.
     """
 
@@ -233,7 +248,8 @@ class Watcher:
         self._prev: Sample | None = None
         self._written = 0
 
-    def _count(self, num: int, path: str) -> tuple[int, int]:
+    def _count(self, num: int, path: str, stop: int | None) -> tuple[int, int]:
+        """Records of segment ``num`` up to ``stop`` (None: its end), counted once."""
         end, records = self._scanned.get(num, (0, 0))
         try:
             size = os.stat(path).st_size
@@ -242,8 +258,8 @@ class Watcher:
         fresh = self._prev is None
         if size < end:  # cut by a repair or recovery: count again, not as new puts
             end, records, fresh = 0, 0, True
-        if size > end:
-            w = walk_segment(path, num, end, self.min_size, self.max_size)
+        if min(size, size if stop is None else stop) > end:
+            w = walk_segment(path, num, end, self.min_size, self.max_size, stop=stop)
             if not fresh:
                 self._written += w.records
             end, records = w.end, records + w.records
@@ -264,14 +280,23 @@ class Watcher:
         depth = 0
         write = (rf, rp)
         size_total = 0
+        last = max(segs, default=-1)
         for num in sorted(segs):
-            end, records = self._count(num, segs[num])
+            # The newest segment may end in a zero-filled tail: no messages, no puts.
+            stop = None
+            if num == last:
+                try:
+                    stop = _zero_tail(self.layout, num, segs[num], rp if num == rf else 0,
+                                      self.min_size, self.max_size)[0]
+                except FileNotFoundError:
+                    pass
+            end, records = self._count(num, segs[num], stop)
             size_total += file_size(segs[num])
             if num < rf:
                 continue
             if num == rf and rp > 0:
-                depth += walk_segment(segs[num], num, rp, self.min_size,
-                                      self.max_size).records if rp < end else 0
+                depth += walk_segment(segs[num], num, rp, self.min_size, self.max_size,
+                                      stop=stop).records if rp < end else 0
             else:
                 depth += records
             write = (num, end)

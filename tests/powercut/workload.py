@@ -22,8 +22,11 @@ the queue has its empty-message marker: they cannot be told apart, only counted)
 ``repair`` (``python -m aiodiskqueue repair`` on a queue left durable but stale),
 ``roles`` (``sync1`` with a producer object and a consumer object, ``role="producer"``
 and ``role="consumer"``, each with its own files and meta stores; the images are opened
-as ``"both"``), ``produce`` (``sync1`` without a consumer: the self-test of a lost synced
-write) and
+as ``"both"``), ``procs`` (the same roles in two processes, cut at once), ``spark`` (Spark
+batch writes committed by the writer's own code, see :func:`spark`), ``broker`` and
+``brokerdefault`` (NSQ clients publishing to a broker process whose data directory is
+on the mount, ``sync_every=1`` and the default settings, see :func:`broker`),
+``produce`` (``sync1`` without a consumer: the self-test of a lost synced write) and
 ``liar`` (like ``sync1``, but it reports a put before it makes it: the self-test).
 """
 
@@ -31,9 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import os
 import random
 import sys
+import tempfile
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -231,12 +237,239 @@ def repair(directory: str, out: Report, rng: random.Random) -> None:
                               directory, QUEUE])
 
 
+# ---------------------------------------------------------------------- spark
+
+SPARK_EARLIER = 0  # the producer of the messages put before the Spark jobs
+SPARK_TASKS = 3
+
+
+def spark(directory: str, out: Report, rng: random.Random) -> None:
+    """Spark batch writes, one job after another, each committed by the writer's own
+    code: a ``DiskQueueWriter`` made as ``df.write.format("diskqueue")...save()`` makes it
+    on the driver, its ``write`` for each task (staged files, fsynced), its ``commit``
+    with the tasks' messages (renames, one meta). No JVM: the commit protocol is all
+    Python, and Spark's part (calling these in this order) cannot reach the disk.
+
+    Job ``j`` writes ``payload(j, n)``; ``J j k`` before its commit says it holds ``k``
+    messages and ``S j a b ...`` where its staged files end (in messages); ``C j``
+    before the commit, ``A j n`` for each message once it returned. Earlier content:
+    messages of producer 0, put with ``sync_every=1``; half the runs leave a torn
+    record durably at the end, which the commit cuts.
+    """
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from pyspark.sql.datasource import WriterCommitMessage
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from aiodiskqueue import DiskQueue
+    from aiodiskqueue._format.layout import Layout
+    from aiodiskqueue.spark import DiskQueueDataSource
+
+    async def earlier() -> None:
+        async with DiskQueue(directory, QUEUE, sync_every=1, max_bytes_per_file=4096) as q:
+            for n in range(rng.randint(0, 60)):
+                out("T", SPARK_EARLIER, n)
+                await q.put(payload(SPARK_EARLIER, n))
+                out("A", SPARK_EARLIER, n)
+
+    asyncio.run(earlier())
+    lay = Layout(directory, QUEUE)
+    segs = lay.segments()
+    if segs and rng.random() < 0.5:
+        fd = os.open(segs[max(segs)], os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, (300).to_bytes(4, "big") + b"torn")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    schema = StructType([StructField("payload", BinaryType())])
+    # The first write imports a lot (over a second): warm up off the mount.
+    with tempfile.TemporaryDirectory() as scratch:
+        w = DiskQueueDataSource({"path": scratch, "name": QUEUE}).writer(schema, False)
+        w.commit([w.write(iter([pa.record_batch([pa.array([b"warm"], pa.binary())],
+                                                names=["payload"])]))])
+    source = DiskQueueDataSource({"path": directory, "name": QUEUE,
+                                  "maxBytesPerFile": "4096"})
+    out("READY")
+    for j in range(1, 1 << 30):
+        k = rng.randint(1, 120)
+        for n in range(k):
+            out("T", j, n)
+        writer = source.writer(schema, False)
+        cuts = sorted(rng.sample(range(k + 1), SPARK_TASKS - 1))
+        bounds = [0, *cuts, k]
+        messages: list[WriterCommitMessage | None] = []
+        ends: list[int] = []
+        for lo, hi in itertools.pairwise(bounds):  # one task per slice, as Spark would
+            rows = [payload(j, n) for n in range(lo, hi)]
+            batches = [pa.record_batch([pa.array(rows[i:i + 25], pa.binary())],
+                                       names=["payload"]) for i in range(0, len(rows), 25)]
+            msg = writer.write(iter(batches))
+            messages.append(msg)
+            for f in msg.files:
+                ends.append((ends[-1] if ends else 0) + f.records)
+        out("J", j, k)
+        out("S", j, *ends)
+        out("C", j)
+        writer.commit(messages)
+        for n in range(k):
+            out("A", j, n)
+
+
+# ---------------------------------------------------------------------- two processes
+
+
+def procs(directory: str, report: str, seed: str, out: Report) -> None:
+    """The roles as two processes (``sync1`` per role): this one opens the producer
+    role (creating the queue), starts a consumer process, waits until that opened its
+    role, then produces; the cut kills both at once."""
+    import subprocess
+    import time
+
+    def start_consumer() -> None:
+        child = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                  "procs-consumer", directory, report, seed])
+        deadline = time.monotonic() + 30
+        while True:
+            with open(report, "rb") as f:
+                if b"OPEN consumer\n" in f.read():
+                    return
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the consumer process did not open its role")
+            time.sleep(0.005)
+
+    asyncio.run(procs_role("producer", directory, out, random.Random(int(seed)),
+                           start_consumer))
+
+
+async def procs_role(role: str, directory: str, out: Report, rng: random.Random,
+                     opened: Callable[[], None] | None = None) -> None:
+    """One side of ``procs``: three producers, or a consumer (``role``); ``opened``
+    runs once the role is open."""
+    from aiodiskqueue import DiskQueue
+
+    async with DiskQueue(directory, QUEUE, role=role, sync_every=1,
+                         max_bytes_per_file=4096) as q:
+        if opened is not None:
+            opened()
+        if role == "consumer":
+            out("OPEN consumer")
+            while True:
+                body = await q.get()
+                out("G", *(parse(body) or ("?", "?")))
+                if rng.random() < 0.3:
+                    await asyncio.sleep(0.003)
+        out("READY")
+
+        async def produce(p: int) -> None:
+            for n in range(1 << 30):
+                out("T", p, n)
+                await q.put(payload(p, n))
+                out("A", p, n)
+                if rng.random() < 0.2:
+                    await asyncio.sleep(0.001)
+
+        await asyncio.gather(*(produce(p) for p in range(PRODUCERS)))
+
+
+# ---------------------------------------------------------------------- broker
+
+BROKER_TOPICS = {0: "t", 1: "t", 2: "u"}  # producer -> topic; "u" has no channel
+BROKER_CHANNEL = "c"
+
+
+def broker_options(kind: str) -> dict[str, object]:
+    """The ``BrokerOptions`` of the ``broker`` (``sync_every=1``) and ``brokerdefault``
+    workloads: small segments and ack-log segments, so files roll."""
+    opts: dict[str, object] = {"max_bytes_per_file": 4096}
+    if kind == "broker":
+        opts["sync_every"] = 1
+    return opts
+
+
+def broker_server(kind: str, directory: str) -> None:
+    """The broker process: ``BrokerServer`` on ``directory`` until killed; prints
+    ``LISTENING tcp=PORT`` once it listens."""
+    from aiodiskqueue.broker import BrokerOptions, BrokerServer
+
+    async def serve() -> None:
+        opts = BrokerOptions(**broker_options(kind))  # type: ignore[arg-type]
+        async with BrokerServer(directory, tcp_port=0, http_port=0, options=opts) as server:
+            print(f"LISTENING tcp={server.tcp_port}", flush=True)
+            await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def broker(kind: str, directory: str, out: Report, rng: random.Random) -> None:
+    """Publish over NSQ's TCP protocol to a broker process with its data directory on
+    the mount: ``A p n`` once the broker answered ``OK`` to the ``PUB``; a consumer on
+    channel ``c`` of topic ``t`` reports ``D p n`` on delivery and ``G p n`` before it
+    sends ``FIN`` (60 %); it requeues 20 % (``REQ``) and leaves the rest in flight.
+    Topic ``u`` has no channel: its messages stay in the topic's own store."""
+    import subprocess
+
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), f"{kind}-server",
+                               directory, "-", "0"], stdout=subprocess.PIPE, text=True)
+    # Imported while the broker starts.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from test_broker_support import RawClient
+
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    if not line.startswith("LISTENING"):
+        raise RuntimeError(f"broker did not start: {line!r}")
+    port = int(line.split("tcp=")[1])
+
+    async def run() -> None:
+        consumer = await RawClient.connect(port)
+        await consumer.sub("t", BROKER_CHANNEL, rdy=50)
+        pubs = [await RawClient.connect(port) for _ in BROKER_TOPICS]
+        out("READY")
+
+        async def produce(p: int) -> None:
+            for n in range(1 << 30):
+                out("T", p, n)
+                await pubs[p].pub(BROKER_TOPICS[p], payload(p, n))
+                out("A", p, n)
+                if rng.random() < 0.2:
+                    await asyncio.sleep(0.001)
+
+        async def consume() -> None:
+            while True:
+                f = await consumer.read()
+                if not f.is_message:
+                    continue
+                key = parse(f.body) or ("?", "?")
+                out("D", *key)
+                r = rng.random()
+                if r < 0.6:
+                    out("G", *key)  # before FIN: once sent, it may be durably finished
+                    consumer.send(b"FIN " + f.msg_id)
+                elif r < 0.8:
+                    consumer.send(b"REQ " + f.msg_id + b" 0")
+
+        await asyncio.gather(*(produce(p) for p in BROKER_TOPICS), consume())
+
+    asyncio.run(run())
+
+
 def main() -> None:
     kind, directory, report, seed = sys.argv[1:5]
+    if kind.endswith("-server"):
+        broker_server(kind.removesuffix("-server"), directory)
+        return
     out = Report(report)
     rng = random.Random(int(seed))
     if kind == "repair":
         repair(directory, out, rng)
+    elif kind == "spark":
+        spark(directory, out, rng)
+    elif kind == "procs":
+        procs(directory, report, seed, out)
+    elif kind == "procs-consumer":
+        asyncio.run(procs_role("consumer", directory, out, random.Random(int(seed) + 1)))
+    elif kind in ("broker", "brokerdefault"):
+        broker(kind, directory, out, rng)
     elif kind in ("ack", "ackdefault"):
         asyncio.run(ackqueue(kind, directory, out, rng))
     else:
