@@ -631,7 +631,6 @@ class Pump:
             # The final commit fsynced the log and synced the data queue: a finish,
             # requeue or sync() that was waiting for that is done, not failed.
             _complete(self._sync_waiters + self._log_waiters, None)
-            self._sync_waiters, self._log_waiters = [], []
         host.closed()
         err = host.closed_error()
         for w in self._sync_waiters + self._log_waiters + self._purge_waiters:
