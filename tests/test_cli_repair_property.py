@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from aiodiskqueue import DiskQueue, Statistics
 from aiodiskqueue._format.layout import Layout
+from aiodiskqueue._format.meta import Meta
 from aiodiskqueue.tools.inspect import analyze
 from aiodiskqueue.tools.repair import repair
 
@@ -89,6 +90,10 @@ def _apply(d: Path, name: str, damage: Damage) -> None:
 # A consumed record of length 0 before the damage: verify and repair once subtracted it
 # from the records counted from the read position (a depth one short).
 @example(name="partial", damages=[("length", 0, 0, 0)])
+# The meta's write position 40 bytes back, inside the last record: the queue recounts
+# from the read position; repair once looked for a zero-filled tail from inside the
+# record, cut the record in half and stored a depth 10 short.
+@example(name="fixture", damages=[("meta", 4, 0, 0)])
 @given(name=st.sampled_from(["fixture", "partial", "multi", "oversize"]),
        damages=st.lists(damage_st, min_size=1, max_size=3))
 def test_repair_keeps_what_the_queue_would_deliver(name: str, damages: list[Damage]) -> None:
@@ -116,3 +121,41 @@ def test_repair_keeps_what_the_queue_would_deliver(name: str, damages: list[Dama
         assert stats.depth == after.depth == len(got_repaired)
         # ...and repair lost nothing the queue would have delivered.
         assert not Counter(got_as_is) - Counter(got_repaired)
+
+
+def _rec(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def test_repair_of_a_write_position_inside_a_record_keeps_the_record(tmp_path: Path) -> None:
+    # The meta's write position lies inside the last record: the queue finds garbage
+    # there, rejects it and recounts from the read position, delivering all three.
+    # repair must do the same: cut nothing, index all three, store the real end.
+    payloads = [b"alpha", b"beta", b"a record the meta's write position falls inside"]
+    data = b"".join(_rec(p) for p in payloads)
+    inside = len(_rec(payloads[0]) + _rec(payloads[1])) + 10
+    copies = []
+    for sub in ("as_is", "repaired"):
+        d = tmp_path / sub
+        d.mkdir()
+        lay = Layout(str(d), "q")
+        Path(lay.segment_path(0)).write_bytes(data)
+        Path(lay.meta_path).write_bytes(Meta(3, 0, 0, 0, inside).encode())
+        copies.append(lay)
+    as_is, repaired = copies
+
+    before = analyze(repaired)
+    assert ("bad position", inside) in [(p.kind, p.offset) for p in before.problems]
+    assert before.depth == 3 and before.write == (0, len(data))
+    plan, _ = repair(repaired)
+    assert [a.kind for a in plan.actions] == ["write meta"]
+    assert plan.meta == Meta(3, 0, 0, 0, len(data))
+    assert Path(repaired.segment_path(0)).read_bytes() == data
+    assert not repaired.bad_files()
+    after = analyze(repaired)
+    assert after.sound, [str(p) for p in after.problems]
+
+    got_as_is, _ = asyncio.run(_take_all(Path(as_is.directory), "q"))
+    got, stats = asyncio.run(_take_all(Path(repaired.directory), "q"))
+    assert got_as_is == got == payloads
+    assert (stats.bad_files, stats.recovered, stats.depth) == (0, 0, 3)

@@ -134,3 +134,35 @@ def test_ls_knows_the_marker_and_counts_by_the_rule(tmp_path: Path, marked: bool
     assert entry["empty_messages"] is marked
     assert entry["depth"] == (6 if marked else 3)
     assert (lay.empty_marker_path in queue_files(lay)) is marked
+
+
+@pytest.mark.parametrize("meta", [
+    Meta(2, 0, 0, 0, len(SYNCED + TAIL) + 2),
+    Meta(2, 0, 0, 0, 4 * 200),
+    Meta(-1, 0, 0, 0, len(SYNCED + TAIL) + 4 * 100),
+], ids=["inside-a-zero-record", "past-the-end", "negative-depth"])
+async def test_repair_looks_for_the_tail_where_the_queue_does(tmp_path: Path,
+                                                             meta: Meta) -> None:
+    # A meta the queue rejects (its write position inside a record or past the file's
+    # end, a negative depth): the queue recounts from the read position and cuts the
+    # zero-filled tail found from there. repair must keep the same records, soundly.
+    lays = []
+    for sub in ("as_is", "repaired"):
+        (tmp_path / sub).mkdir()
+        lay = make(tmp_path / sub, bytes(4 * 100 + 1), marked=False)
+        Path(lay.meta_path).write_bytes(meta.encode())
+        lays.append(lay)
+    as_is, repaired = lays
+    rep = analyze(repaired)
+    assert "zero-filled tail" in kinds(rep.problems)
+    assert rep.depth == 3 and rep.write == (0, len(SYNCED + TAIL))
+    repair(repaired)
+    assert Path(repaired.segment_path(0)).read_bytes() == SYNCED + TAIL
+    assert analyze(repaired).sound
+
+    for lay in (as_is, repaired):
+        async with DiskQueue(lay.directory, "q") as q:
+            got = [await q.get() for _ in range(q.qsize())]
+            stats = q.statistics()
+        assert got == [b"alpha", b"beta", b"gamma"]
+    assert (stats.bad_files, stats.recovered) == (0, 0)

@@ -35,7 +35,16 @@ from .._format.lock import read_lock_pid
 from .._format.meta import Meta, load_meta, position_problems, read_is_trusted
 from .._format.probe import held_exclusively
 from .._format.roles import RoleRecord, published_record
-from .._format.scan import BAD_LENGTH, TORN, ZEROS, Span, iter_spans, realign, tail_summary
+from .._format.scan import (
+    BAD_LENGTH,
+    TORN,
+    ZEROS,
+    Span,
+    iter_spans,
+    realign,
+    scan_segment,
+    tail_summary,
+)
 from ..errors import QueueNotFound
 
 ERROR = "error"
@@ -142,6 +151,20 @@ def cut_zero_tail(w: Walk, path: str, num: int, pos: int, marked: bool, min_size
     if t.end < w.end or t.problem == ZEROS:
         w.records -= (w.end - t.end) // 4  # zero-length records: 4 bytes each
         w.end, w.problem, w.bad_length = t.end, t.problem, t.bad_length
+
+
+def write_rejected(path: str, num: int, wp: int, min_size: int, max_size: int) -> bool:
+    """Whether recovery on open rejects the meta's write position ``wp`` in segment
+    ``num`` as lying inside a record: reading from it finds a problem, and the records
+    from the segment's start pass over it (``Recovery._recover_tail``). The queue then
+    recounts from the read position, as without a meta.
+
+    Raises OSError if the file cannot be read.
+    """
+    if wp == 0:
+        return False
+    s = scan_segment(path, num, wp, None, min_size, max_size)
+    return s.problem is not None and realign(path, num, wp, min_size, max_size) is not None
 
 
 # ---------------------------------------------------------------------- reports
@@ -403,6 +426,11 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
         meta, meta_state, meta_error = None, "unreadable", str(exc)
     meta_file = name(layout.meta_path)
     stored = meta  # what the report shows; ``meta`` is what the analysis goes by
+    # Whether the queue recounts from the read position on open (no usable meta, or one
+    # its files contradict, with a negative depth or a write position inside a record):
+    # it then looks for a zero-filled tail from where reading starts, not from the meta's
+    # write position (``Recovery._from_meta``).
+    recount = True
 
     if meta is None:
         if segs:
@@ -428,6 +456,7 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
         else:
             rf, rp = meta.read
             wf, wp = meta.write
+            recount = bool(contradictions) or meta.depth < 0
             if limit is not None and limit < (wf, wp):
                 limit = (wf, wp)  # stored after the record was read: published too
     if limit is not None:
@@ -503,8 +532,11 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
             new_read = (num, start)
         else:
             w = walk_segment(path, num, 0, min_size, max_size, marks, progress, stop)
-        if num == last and (meta is None or num >= wf) and limit is None:
-            cut_zero_tail(w, path, num, start if meta is None else wp if num == wf else 0,
+        rejected = (is_write and num == last and not recount and limit is None
+                    and write_rejected(path, num, wp, min_size, max_size))
+        recount = recount or rejected
+        if num == last and (recount or num >= wf) and limit is None:
+            cut_zero_tail(w, path, num, start if recount else wp if num == wf else 0,
                           marked, min_size, max_size)
         # A walk from the segment's start counted the consumed records too; one from
         # the read position (damage before it) did not.
@@ -521,7 +553,7 @@ def analyze(layout: Layout, min_size: int = 0, max_size: int = 1 << 20,
                     problems.append(Problem("meta ahead", ERROR, name(path), wp,
                                             f"the meta's write position is past the end of the "
                                             f"file ({w.size} bytes)"))
-                elif m is not None and not m.boundary and wp <= w.end:
+                elif rejected or (m is not None and not m.boundary and wp <= w.end):
                     problems.append(Problem("bad position", ERROR, name(path), wp,
                                             "write position is not at a record boundary"))
                 if m is not None:
