@@ -22,14 +22,18 @@ ratio and whether this run met it; what survives a kill and a power cut. Latency
 ``--rate-n`` messages at 1,000 messages/s, each carrying the CLOCK_MONOTONIC time of its
 put (one clock for every process on the host): p50 and p99 of the get's time minus it.
 
-Every consumer checks that each message came once and in order. Our processes run on
+A row whose processes are not done ``--row-timeout`` seconds after the start (300 by
+default) shows an upper bound of its rate ("< x") and a lower bound of ours / row ("> y");
+persist-queue's SQLiteAckQueue may need that on a loaded machine (its acked rows stay in
+the table, and each get looks past them). Every consumer checks that each message came once
+and in order. Our processes run on
 uvloop where it is installed (``--loop asyncio`` for the default loop); the peers are
 synchronous. Every child is started by multiprocessing (``peers.START_METHOD``: a fork
 server, else spawn), as the ``multiprocessing.Queue`` row needs. Nothing is asserted: the
 figures are evidence.
 
 Usage: ``python bench/bench_roles.py [--n 20000] [--rate-n 3000] [--loop uvloop]
-[--systems ours,persistqueue-sqlite,...]``.
+[--systems ours,persistqueue-sqlite,...] [--row-timeout 300]``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import multiprocessing.connection
 import os
 import resource
 import shutil
@@ -311,6 +316,8 @@ class Row:
     p50: float | None = None
     p99: float | None = None
     error: str | None = None
+    below: float | None = None  # timed out: the rate was below this
+    note: str | None = None
 
 
 async def _make_ours(system: str, directory: str) -> None:
@@ -329,9 +336,20 @@ def _prepare(system: str, directory: str) -> object:
     return _peer_class(system).prepare(directory)
 
 
+class TimedOut(Exception):
+    """A row's processes did not finish within the time limit, ``seconds`` after "go"."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"not done {seconds:.0f} s after the start")
+        self.seconds = seconds
+
+
 def run_once(s: Setup, n: int, rate: float, loop: str, tmp: str | None,
              timeout: float) -> tuple[list[ChildResult], str | None]:
-    """Start the row's processes (the consumer first), let them go at once, collect."""
+    """Start the row's processes (the consumer first), let them go at once, collect.
+
+    Raises TimedOut if they are not done ``timeout`` seconds after the start signal.
+    """
     d = tempfile.mkdtemp(prefix="aiodiskqueue-roles-", dir=tmp)
     procs: list[tuple[Any, Connection]] = []
     try:
@@ -344,25 +362,35 @@ def run_once(s: Setup, n: int, rate: float, loop: str, tmp: str | None,
             p.start()
             theirs.close()
             procs.append((p, mine))
-        deadline = time.monotonic() + timeout
         for _, c in procs:
-            if not c.poll(max(0.0, deadline - time.monotonic())):
-                return [], "a process did not open its queue in time"
+            if not c.poll(120):
+                return [], "a process did not open its queue within 120 s"
             c.recv()
         for _, c in procs:
             c.send("go")
+        went = time.monotonic()
+        deadline = went + timeout
+        # Whichever reports first: a producer that failed must not leave us waiting for
+        # the consumer's last message until the deadline.
         results: list[ChildResult] = []
-        for _, c in procs:
-            if not c.poll(max(0.0, deadline - time.monotonic())):
-                return [], f"no result within {timeout:.0f} s"
-            got = c.recv()
-            if got == "ready":  # a failed child's extra "ready"
-                got = c.recv()
-            results.append(got)
+        waiting = [c for _, c in procs]
+        while waiting:
+            ready = multiprocessing.connection.wait(
+                waiting, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimedOut(time.monotonic() - went)
+            for conn in ready:
+                assert isinstance(conn, Connection)
+                got = conn.recv()
+                if got == "ready":  # a failed child's extra "ready"
+                    continue
+                waiting.remove(conn)
+                results.append(got)
+                if got.error:
+                    return [], got.error
         for p, _ in procs:
             p.join(timeout=30)
-        errors = [r.error for r in results if r.error]
-        return results, "; ".join(errors) if errors else None
+        return results, None
     finally:
         for p, c in procs:
             if p.is_alive():
@@ -377,10 +405,18 @@ def _pct(lat: list[int], p: float) -> float:
     return lat[min(len(lat) - 1, int(p * len(lat)))] / 1e6
 
 
-def measure(s: Setup, n: int, rate_n: int, loop: str, tmp: str | None) -> Row:
-    """Throughput and CPU of one row, then its latency at 1,000 messages/s if it has one."""
+def measure(s: Setup, n: int, rate_n: int, loop: str, tmp: str | None,
+            limit: float) -> Row:
+    """Throughput and CPU of one row, then its latency at 1,000 messages/s if it has one.
+
+    A row not done within ``limit`` seconds gets an upper bound of its rate instead.
+    """
     row = Row(s)
-    results, err = run_once(s, n, 0.0, loop, tmp, timeout=120 + n / 100)
+    try:
+        results, err = run_once(s, n, 0.0, loop, tmp, limit)
+    except TimedOut as t:
+        row.below, row.note = n / t.seconds, f"not done in {t.seconds:.0f} s"
+        return row
     if err is not None:
         row.error = err
         return row
@@ -389,8 +425,11 @@ def measure(s: Setup, n: int, rate_n: int, loop: str, tmp: str | None) -> Row:
     row.rate = n / ((end - start) / 1e9)
     row.cpu_per_1k = sum(r.cpu for r in results) / n * 1000
     if s.latency and rate_n > 0:
-        results, err = run_once(s, rate_n, LATENCY_RATE, loop, tmp,
-                                timeout=120 + rate_n / LATENCY_RATE)
+        try:
+            results, err = run_once(s, rate_n, LATENCY_RATE, loop, tmp,
+                                    limit + rate_n / LATENCY_RATE)
+        except TimedOut as t:
+            err = str(t)
         if err is not None:
             row.error = f"latency run: {err}"
             return row
@@ -420,20 +459,27 @@ def table(rows: list[Row]) -> list[str]:
         s = r.setup
         ratio = "-"
         target = "-"
+        rate = _fmt_rate(r.rate)
         ref = by_label.get(s.ref) if s.ref else None
-        if ref is not None and r.rate > 0 and ref.rate > 0:
-            x = ref.rate / r.rate
-            ratio = f"{x:.2f}x"
+        if ref is not None and ref.rate > 0 and (r.rate > 0 or r.below):
+            # A row that timed out was slower than ``below``: ours is more than this many
+            # times faster, which meets a target only if that bound already does.
+            x = ref.rate / (r.rate or r.below or 1.0)
+            more = "> " if r.below else ""
+            ratio = f"{more}{x:.2f}x"
             if s.target is not None:
-                met = "met" if x >= s.target else "MISSED"
+                met = ("met" if x >= s.target else "unknown (timed out)" if r.below
+                       else "MISSED")
                 target = f">= {s.target:g}x {met}"
                 what = (f"ours two-process / one-process ({s.label.split(': ', 1)[1]})"
                         if s.system.startswith("ours") else f"{ref.setup.label} / {s.label}")
-                summary.append(f"- {what}: {x:.2f}x, target >= {s.target:g}x: {met}")
+                summary.append(f"- {what}: {ratio}, target >= {s.target:g}x: {met}")
+        if r.below:
+            rate = f"< {_fmt_rate(r.below)}"
         if s.ref is None:
             target = "(reference)"
-        check = "FAIL: " + r.error if r.error else "ok"
-        lines.append(f"| {s.label} | {_fmt_rate(r.rate)} | {ratio} | {target} "
+        check = "FAIL: " + r.error if r.error else (r.note or "ok")
+        lines.append(f"| {s.label} | {rate} | {ratio} | {target} "
                      f"| {r.cpu_per_1k:.3f} | {_fmt_ms(r.p50)} | {_fmt_ms(r.p99)} "
                      f"| {check} | {s.crash} |")
         if s.latency and s.processes == 2 and r.p50 is not None and r.p99 is not None:
@@ -456,9 +502,12 @@ def main() -> None:
                     help="comma-separated: ours, " + ", ".join(c.KEY for c in peers.PROCESS_PEERS)
                     + " (ours runs every row of ours; default all)")
     ap.add_argument("--tmpdir", default=None, help="where the queues go (default: the system's)")
+    ap.add_argument("--row-timeout", type=float, default=300.0,
+                    help="seconds a row may run; a slower one shows an upper bound of its rate")
     args = ap.parse_args()
-    if args.n <= 0 or args.rate_n < 0:
-        ap.error(f"--n must be > 0 and --rate-n >= 0, got {args.n} and {args.rate_n}")
+    if args.n <= 0 or args.rate_n < 0 or args.row_timeout <= 0:
+        ap.error(f"--n and --row-timeout must be > 0 and --rate-n >= 0, got {args.n}, "
+                 f"{args.row_timeout} and {args.rate_n}")
     wanted = None if args.systems == "all" else set(args.systems.split(","))
     known = {"ours", *(c.KEY for c in peers.PROCESS_PEERS)}
     if wanted is not None and not wanted <= known:
@@ -476,7 +525,7 @@ def main() -> None:
     rows = []
     for s in todo:
         t = time.monotonic()
-        rows.append(measure(s, args.n, args.rate_n, args.loop, args.tmpdir))
+        rows.append(measure(s, args.n, args.rate_n, args.loop, args.tmpdir, args.row_timeout))
         print(f"# {s.label}: {time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
     versions = ", ".join(f"{c.NAME} {c.version()}" for c in peers.PROCESS_PEERS
                          if wanted is None or c.KEY in wanted)

@@ -326,7 +326,7 @@ def test_roles_bench_runs_ours_and_every_peer_in_two_processes(tmp_path: Path) -
     # installed peers, each checked by its consumer; ratios from the run's own rates.
     mod = _load("bench_roles")
     peers = _load("peers")
-    cmd = [sys.executable, str(BENCH / "bench_roles.py"), "--n", "200", "--rate-n", "20",
+    cmd = [sys.executable, str(BENCH / "bench_roles.py"), "--n", "100", "--rate-n", "10",
            "--loop", "asyncio", "--tmpdir", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
                           check=False)
@@ -380,3 +380,18 @@ def test_litequeue_adapter_round_trips_bytes_in_either_mode(tmp_path: Path) -> N
         finally:
             q.close()
     assert ("base64" in peers.LiteQueuePeer.NAME) == peers.LiteQueuePeer.STR_ONLY
+
+
+def test_roles_table_bounds_a_row_that_timed_out() -> None:
+    # A peer not done in time shows "< rate" and "> ratio"; that bound meets a target only
+    # when it already reaches it.
+    mod = _load("bench_roles")
+    by_system = {s.system: s for s in mod.setups() if s.processes == 2}
+    ours = mod.Row(by_system["ours"], rate=10_000.0)
+    slow = mod.Row(by_system["persistqueue-sqlite"], below=200.0, note="not done in 100 s")
+    close = mod.Row(by_system["diskcache"], below=2_000.0, note="not done in 10 s")
+    lines = mod.table([ours, slow, close])
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:5]]
+    assert cells[1][1:4] == ["< 200", "> 50.00x", ">= 10x met"]
+    assert cells[1][7] == "not done in 100 s"
+    assert cells[2][1:4] == ["< 2,000", "> 5.00x", ">= 10x unknown (timed out)"]
