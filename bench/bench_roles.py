@@ -22,18 +22,19 @@ ratio and whether this run met it; what survives a kill and a power cut. Latency
 ``--rate-n`` messages at 1,000 messages/s, each carrying the CLOCK_MONOTONIC time of its
 put (one clock for every process on the host): p50 and p99 of the get's time minus it.
 
-A row whose processes are not done ``--row-timeout`` seconds after the start (300 by
-default) shows an upper bound of its rate ("< x") and a lower bound of ours / row ("> y");
-persist-queue's SQLiteAckQueue may need that on a loaded machine (its acked rows stay in
-the table, and each get looks past them). Every consumer checks that each message came once
-and in order. Our processes run on
-uvloop where it is installed (``--loop asyncio`` for the default loop); the peers are
+With ``--reps N`` every row runs N times, the repetitions interleaved, and shows the
+median repetition with the range of the rates. A row whose processes are not done
+``--row-timeout`` seconds after the start (300 by default) shows an upper bound of its
+rate ("< x") and a lower bound of ours / row ("> y"); persist-queue's SQLiteAckQueue may
+need that on a loaded machine (its acked rows stay in the table, and each get looks past
+them). Every consumer checks that each message came once and in order. Our processes run
+on uvloop where it is installed (``--loop asyncio`` for the default loop); the peers are
 synchronous. Every child is started by multiprocessing (``peers.START_METHOD``: a fork
 server, else spawn), as the ``multiprocessing.Queue`` row needs. Nothing is asserted: the
-figures are evidence.
+figures are evidence. A default run takes a few minutes, most of them the SQLite peers'.
 
 Usage: ``python bench/bench_roles.py [--n 20000] [--rate-n 3000] [--loop uvloop]
-[--systems ours,persistqueue-sqlite,...] [--row-timeout 300]``.
+[--systems ours,persistqueue-sqlite,...] [--reps 1] [--row-timeout 300]``.
 """
 
 from __future__ import annotations
@@ -318,6 +319,7 @@ class Row:
     error: str | None = None
     below: float | None = None  # timed out: the rate was below this
     note: str | None = None
+    spread: tuple[float, float] | None = None  # lowest and highest rate of the repetitions
 
 
 async def _make_ours(system: str, directory: str) -> None:
@@ -438,6 +440,20 @@ def measure(s: Setup, n: int, rate_n: int, loop: str, tmp: str | None,
     return row
 
 
+def median_row(reps: list[Row]) -> Row:
+    """One row of several repetitions: the first failure or time-out, else the repetition
+    with the median rate (the upper middle one of an even number), with the range of the
+    rates."""
+    for r in reps:
+        if r.error or r.below:
+            return r
+    ordered = sorted(reps, key=lambda r: r.rate)
+    mid = ordered[len(ordered) // 2]
+    if len(reps) > 1:
+        mid.spread = (ordered[0].rate, ordered[-1].rate)
+    return mid
+
+
 def _fmt_ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
@@ -476,6 +492,8 @@ def table(rows: list[Row]) -> list[str]:
                 summary.append(f"- {what}: {ratio}, target >= {s.target:g}x: {met}")
         if r.below:
             rate = f"< {_fmt_rate(r.below)}"
+        elif r.spread:
+            rate += f" ({_fmt_rate(r.spread[0])}-{_fmt_rate(r.spread[1])})"
         if s.ref is None:
             target = "(reference)"
         check = "FAIL: " + r.error if r.error else (r.note or "ok")
@@ -502,12 +520,14 @@ def main() -> None:
                     help="comma-separated: ours, " + ", ".join(c.KEY for c in peers.PROCESS_PEERS)
                     + " (ours runs every row of ours; default all)")
     ap.add_argument("--tmpdir", default=None, help="where the queues go (default: the system's)")
+    ap.add_argument("--reps", type=int, default=1,
+                    help="repetitions of every row, interleaved; the median and the range shown")
     ap.add_argument("--row-timeout", type=float, default=300.0,
                     help="seconds a row may run; a slower one shows an upper bound of its rate")
     args = ap.parse_args()
-    if args.n <= 0 or args.rate_n < 0 or args.row_timeout <= 0:
-        ap.error(f"--n and --row-timeout must be > 0 and --rate-n >= 0, got {args.n}, "
-                 f"{args.row_timeout} and {args.rate_n}")
+    if args.n <= 0 or args.reps <= 0 or args.rate_n < 0 or args.row_timeout <= 0:
+        ap.error(f"--n, --reps and --row-timeout must be > 0 and --rate-n >= 0, got {args.n}, "
+                 f"{args.reps}, {args.row_timeout} and {args.rate_n}")
     wanted = None if args.systems == "all" else set(args.systems.split(","))
     known = {"ours", *(c.KEY for c in peers.PROCESS_PEERS)}
     if wanted is not None and not wanted <= known:
@@ -522,14 +542,18 @@ def main() -> None:
             skipped.append(f"{s.label}: not installed")
             continue
         todo.append(s)
-    rows = []
-    for s in todo:
-        t = time.monotonic()
-        rows.append(measure(s, args.n, args.rate_n, args.loop, args.tmpdir, args.row_timeout))
-        print(f"# {s.label}: {time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
+    reps: dict[str, list[Row]] = {s.label: [] for s in todo}
+    for i in range(args.reps):
+        for s in todo:  # the repetitions interleaved: each sees the machine's moods alike
+            t = time.monotonic()
+            reps[s.label].append(measure(s, args.n, args.rate_n, args.loop, args.tmpdir,
+                                         args.row_timeout))
+            print(f"# rep {i + 1}/{args.reps} {s.label}: {time.monotonic() - t:.1f} s",
+                  file=sys.stderr, flush=True)
+    rows = [median_row(reps[s.label]) for s in todo]
     versions = ", ".join(f"{c.NAME} {c.version()}" for c in peers.PROCESS_PEERS
                          if wanted is None or c.KEY in wanted)
-    print(f"{SIZE} B messages, {args.n} per throughput row, {args.rate_n} at "
+    print(f"{SIZE} B messages, {args.n} per throughput row x {args.reps}, {args.rate_n} at "
           f"{LATENCY_RATE:,.0f}/s per latency row, our loop {args.loop}; "
           f"load average {os.getloadavg()[0]:.2f} at the end")
     print(f"versions: {versions}")
