@@ -9,14 +9,31 @@ power; the benchmark compares our rows with peers of at least the same level.
 Levels: ``none`` (a kill loses or resurrects data), ``kill`` (nothing a
 returned put stored is lost when the process is killed; power loss may lose
 recent puts), ``durable`` (fsynced before put returns).
+
+The same adapters serve the two-process benchmark (``bench/bench_roles.py``): ``prepare``
+creates a queue once before a producer process and a consumer process ``attach`` to it,
+and ``get_wait`` waits for a message the way a consumer in another process can.
 """
 
 from __future__ import annotations
 
+import base64
 import importlib
 import importlib.metadata
+import multiprocessing
 import os
+import platform
+import time
 from typing import Any, ClassVar
+
+START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                else "spawn")
+"""How the two-process benchmark starts its processes (and makes a ``multiprocessing.Queue``):
+a fork server, where there is one, starts them in milliseconds from a process that has
+imported the libraries once; no process forks a parent that runs threads."""
+
+POLL_SECONDS = 0.001
+"""How long ``get_wait`` sleeps when a peer without a wake-up across processes is empty."""
 
 
 class PeerEmpty(Exception):
@@ -84,6 +101,34 @@ class Peer:
     def get_batch(self, n: int) -> list[bytes]:
         """Take up to ``n`` messages the way the library batches them."""
         raise NotImplementedError
+
+    def get_wait(self) -> bytes:
+        """Take the oldest message, waiting for one.
+
+        The default polls ``get()``, sleeping ``POLL_SECONDS`` while the peer is empty:
+        the SQLite peers have no wake-up that reaches another process (persist-queue's
+        blocking ``get`` waits on an in-process event and polls only every 10 s).
+        """
+        while True:
+            try:
+                return self.get()
+            except PeerEmpty:
+                time.sleep(POLL_SECONDS)
+
+    @classmethod
+    def prepare(cls, directory: str) -> object:
+        """Create the queue in ``directory`` once, before two processes open it.
+
+        Returns what both processes need besides the directory (passed to ``attach``):
+        None for a queue kept in files.
+        """
+        cls(directory).close()
+        return None
+
+    @classmethod
+    def attach(cls, directory: str, shared: object) -> Peer:
+        """Open the queue that ``prepare`` made, in a producer or a consumer process."""
+        return cls(directory)
 
     def rest(self) -> list[bytes]:
         """Take every remaining message, untimed, to finish the benchmark's check.
@@ -236,10 +281,65 @@ class PersistQueueSQLite(Peer):
         self.q.close()
 
 
-class LiteQueuePeer(Peer):
-    """litequeue ``LiteQueue`` with its own settings (WAL, synchronous=NORMAL)."""
+class PersistQueueSQLiteAck(Peer):
+    """persist-queue ``SQLiteAckQueue``: ``get()`` takes a message and acks it at once."""
 
-    NAME = "litequeue"
+    NAME = "persist-queue SQLiteAckQueue"
+    KEY = "persistqueue-sqliteack"
+    DIST = "persist-queue"
+    MODULE = "persistqueue"
+    LEVEL = "durable"
+    GUARANTEE = ("durable: SQLite WAL, synchronous=FULL (library default), a commit per put, "
+                 "per get (unack) and per ack; acked rows stay in the table (its default)")
+    STANDARD = False
+
+    def __init__(self, directory: str, *, threads: bool = False, batch: bool = False) -> None:
+        import persistqueue
+
+        super().__init__(directory)
+        self.q = persistqueue.SQLiteAckQueue(os.path.join(directory, "q"))
+
+    def put(self, data: bytes) -> None:
+        self.q.put(data)
+
+    def get(self) -> bytes:
+        import persistqueue
+
+        try:
+            item: dict[str, Any] = self.q.get(block=False, raw=True)
+        except persistqueue.Empty:
+            raise PeerEmpty from None
+        self.q.ack(id=item["pqid"])
+        d: bytes = item["data"]
+        return d
+
+    def close(self) -> None:
+        self.q.close()
+
+
+def _litequeue_takes_str() -> bool:
+    """True if the installed litequeue stores ``str`` messages only (0.10 and later)."""
+    try:
+        version = importlib.metadata.version("litequeue")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    parts = []
+    for p in version.split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts) >= (0, 10)
+
+
+class LiteQueuePeer(Peer):
+    """litequeue ``LiteQueue`` with its own settings (WAL, synchronous=NORMAL).
+
+    litequeue 0.10 and later take ``str`` messages only: there the adapter stores each
+    message base64-encoded (ASCII, 4/3 of the bytes) and says so in ``NAME``. Up to
+    0.9, SQLite keeps the bytes as a BLOB.
+    """
+
+    STR_ONLY: ClassVar[bool] = _litequeue_takes_str()
+    NAME = "litequeue" + (" (bytes as base64 str)" if STR_ONLY else "")
     KEY = "litequeue"
     DIST = "litequeue"
     MODULE = "litequeue"
@@ -258,27 +358,34 @@ class LiteQueuePeer(Peer):
             self.q.conn.execute(f"PRAGMA synchronous = {self.SYNCHRONOUS};")
 
     def put(self, data: bytes) -> None:
-        self.q.put(data)  # litequeue annotates str; SQLite keeps bytes as a BLOB
+        # litequeue up to 0.9 annotates str, but SQLite keeps bytes as a BLOB.
+        self.q.put(base64.b64encode(data).decode("ascii") if self.STR_ONLY else data)
 
     def put_batch(self, items: list[bytes]) -> None:
         q = self.q
         with q.transaction():
-            for d in items:
-                q.put(d)
+            if self.STR_ONLY:
+                for d in items:
+                    q.put(base64.b64encode(d).decode("ascii"))
+            else:
+                for d in items:
+                    q.put(d)
+
+    def _decode(self, data: Any) -> bytes:
+        return base64.b64decode(data) if self.STR_ONLY else bytes(data)
 
     def get(self) -> bytes:
         m: Any = self.q.pop()
         if m is None:
             raise PeerEmpty
-        d: bytes = m.data
-        return d
+        return self._decode(m.data)
 
     def rest(self) -> list[bytes]:
         # pop() sorts every ready row per call, so draining a deep queue is quadratic:
         # read the rest with the ORDER BY that pop() uses, in one query.
         rows = self.q.conn.execute(
             f"SELECT data FROM {self.q.table} WHERE status = 0 ORDER BY message_id").fetchall()
-        return [bytes(r[0]) for r in rows]
+        return [self._decode(r[0]) for r in rows]
 
     def close(self) -> None:
         self.q.close()
@@ -362,6 +469,63 @@ class DiskcacheDequeFull(DiskcacheDeque):
     DURABLE = True
 
 
+class MultiprocessingQueue(Peer):
+    """``multiprocessing.Queue`` (``START_METHOD``'s context): pickled messages through a
+    pipe, nothing stored. Only for the two-process benchmark: ``prepare`` makes the queue
+    that both processes are started with."""
+
+    NAME = "multiprocessing.Queue"
+    KEY = "mp-queue"
+    DIST = ""
+    MODULE = "multiprocessing"
+    LEVEL = "none"
+    GUARANTEE = ("none: stores nothing; a pipe and a feeder thread, so a kill of either "
+                 "process or a power cut loses every message in flight")
+    STANDARD = False
+
+    def __init__(self, directory: str, *, threads: bool = False, batch: bool = False,
+                 queue: Any = None) -> None:
+        super().__init__(directory)
+        self.q: Any = (multiprocessing.get_context(START_METHOD).Queue() if queue is None
+                       else queue)
+
+    @classmethod
+    def version(cls) -> str:
+        """Python's version: the queue is part of the standard library."""
+        return f"Python {platform.python_version()}"
+
+    @classmethod
+    def prepare(cls, directory: str) -> object:
+        """A new queue: start both processes with ``START_METHOD``'s context."""
+        return multiprocessing.get_context(START_METHOD).Queue()
+
+    @classmethod
+    def attach(cls, directory: str, shared: object) -> Peer:
+        """The queue ``prepare`` made, as passed to this process."""
+        return cls(directory, queue=shared)
+
+    def put(self, data: bytes) -> None:
+        self.q.put(data)
+
+    def get(self) -> bytes:
+        import queue
+
+        try:
+            d: bytes = self.q.get_nowait()
+        except queue.Empty:
+            raise PeerEmpty from None
+        return d
+
+    def get_wait(self) -> bytes:
+        d: bytes = self.q.get()
+        return d
+
+    def close(self) -> None:
+        # Waits until the feeder thread has written every put message to the pipe.
+        self.q.close()
+        self.q.join_thread()
+
+
 PEERS: list[type[Peer]] = [
     QueuelibFifo,
     PersistQueueFile,
@@ -371,3 +535,13 @@ PEERS: list[type[Peer]] = [
     DiskcacheDeque,
     DiskcacheDequeFull,
 ]
+
+PROCESS_PEERS: list[type[Peer]] = [
+    PersistQueueSQLite,
+    PersistQueueSQLiteAck,
+    LiteQueuePeer,
+    DiskcacheDeque,
+    MultiprocessingQueue,
+]
+"""The peers of the two-process benchmark (bench/bench_roles.py): each allows a producer
+process and a consumer process on one queue; run with their library defaults."""
