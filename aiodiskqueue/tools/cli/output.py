@@ -6,9 +6,10 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..inspect import Problem
+if TYPE_CHECKING:
+    from ..inspect import Problem
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
