@@ -127,10 +127,10 @@ async def test_what_the_queue_keeps_verify_calls_sound(tmp_path: Path) -> None:
 @pytest.mark.parametrize("marked", [False, True], ids=["no-marker", "marker"])
 def test_ls_knows_the_marker_and_counts_by_the_rule(tmp_path: Path, marked: bool) -> None:
     from aiodiskqueue._format.layout import queue_files
-    from aiodiskqueue.tools.cli import _ls_entry
+    from aiodiskqueue.tools.cli.queues import ls_entry
 
     lay = make(tmp_path, rec(b"") * 3, marked=marked)
-    entry = _ls_entry(lay)
+    entry = ls_entry(lay)
     assert entry["empty_messages"] is marked
     assert entry["depth"] == (6 if marked else 3)
     assert (lay.empty_marker_path in queue_files(lay)) is marked
