@@ -22,7 +22,7 @@ from .._format.group import (
 from .._format.layout import Layout
 from .._format.probe import held_exclusively
 from ..errors import GroupFormatError, GroupNameConflict
-from .inspect import queue_exists
+from .holders import queue_exists
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from .._format.lock import QueueLock
 from .._format.meta import Meta, store_meta
 from .._format.scan import TORN, ZEROS
 from ..errors import QueueNotFound
-from .inspect import Progress, QueueReport, analyze, queue_exists
+from .holders import queue_exists
+from .inspect import Progress, QueueReport, analyze
 
 # ---------------------------------------------------------------------- repair
 

@@ -16,7 +16,8 @@ from typing import Any
 from ...errors import QueueNotFound
 from ..follow import Watcher
 from ..group import GroupFiles, group_files
-from ..inspect import ERROR, Problem, QueueReport, RolesState, roles_state
+from ..holders import RolesState, roles_state
+from ..inspect import ERROR, Problem, QueueReport
 from .output import (
     EXIT_OK,
     EXIT_PROBLEMS,

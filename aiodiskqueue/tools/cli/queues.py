@@ -13,7 +13,8 @@ from typing import Any
 from ..._format.layout import Layout
 from ..._format.meta import load_meta
 from ..follow import Watcher, quarantine_summary
-from ..inspect import analyze, holder, roles_state, unindexed_tail
+from ..holders import holder, roles_state
+from ..inspect import analyze, unindexed_tail
 from .output import (
     EXIT_OK,
     EXIT_PROBLEMS,

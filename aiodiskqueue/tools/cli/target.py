@@ -10,7 +10,8 @@ from ..._format.access import check_dir, queue_modes
 from ..._format.layout import Layout
 from ...errors import GroupNameConflict
 from ..group import GroupFiles, check_one_kind, conflict_message, group_files
-from ..inspect import QueueReport, RolesState, analyze_live, queue_exists, total_bytes
+from ..holders import RolesState, queue_exists
+from ..inspect import QueueReport, analyze_live, total_bytes
 from .output import CliError, progress
 
 
