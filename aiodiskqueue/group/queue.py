@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar, final
 
 from .._core.options import Options, check_name, number
 from .._format.group import GroupLayout, group_layout, shard_name
-from .._format.layout import Layout
+from .._format.layout import Layout, fsync_dir
 from .._format.roles import check_role, holder_pid
 from ..ack import AckQueue, Message
 from ..ack.options import AckOptions
@@ -111,6 +111,14 @@ class _Group(Generic[Q, T]):
             num = max(shards, default=-1) + 1
             self._producer = await self._open_shard(lay.shard_path(num), "producer")
             self._shard = num
+            try:
+                # The new shard's entry in the group directory, before any put into it
+                # is acknowledged (with sync_every=1, fsynced).
+                await asyncio.to_thread(fsync_dir, lay.path)
+            except BaseException:
+                await self._producer.aclose()
+                self._producer = None
+                raise
 
     async def __aenter__(self) -> Any:
         if self._state == "new":
