@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from aiodiskqueue import QueueGroup
+from aiodiskqueue import CorruptionError, QueueEmpty, QueueGroup, ShardDamaged
 from aiodiskqueue._format.group import group_layout
 
 WAIT = 20.0
+
+
+async def _until(cond: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    """Wait (polling: the state is another object's, changed by its own task) until ``cond``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
 
 
 async def test_a_put_into_a_new_shard_is_durable_with_its_directory_entries(
@@ -35,3 +46,36 @@ async def test_a_put_into_a_new_shard_is_durable_with_its_directory_entries(
         # The group directory's entry in DIRECTORY, and the shard's in the group directory.
         assert any(path == str(tmp_path) and "ev.group" in names for path, names in synced)
         assert any(path == lay.path and "000000" in names for path, names in synced)
+
+
+async def test_one_failing_shard_does_not_stop_the_consumer(tmp_path: Path) -> None:
+    a = await QueueGroup.open(tmp_path, "ev")
+    b = await QueueGroup.open(tmp_path, "ev")
+    await a.put_many([b"a%02d" % i for i in range(10)])
+    await b.put_many([b"b%02d" % i for i in range(10)])
+    await a.aclose()
+    await b.aclose()
+    lay = group_layout(tmp_path, "ev")
+    seg = Path(lay.shard_layout(0).segment_path(0))
+    data = bytearray(seg.read_bytes())
+    # Records of 4 + 3 bytes: the length of record 5 (byte 35) made larger than the file.
+    data[35:39] = (1 << 20).to_bytes(4, "big")
+    seg.write_bytes(bytes(data))
+    async with QueueGroup(tmp_path, "ev", "consumer", strict=True) as c:
+        got: list[bytes] = []
+        errors: list[ShardDamaged] = []
+        while len(got) < 15 or not errors:
+            try:
+                got.append(await asyncio.wait_for(c.get(), WAIT))
+            except ShardDamaged as exc:
+                errors.append(exc)
+        # Shard 000000 failed once, with the shard's path and the cause; shard 000001
+        # goes on.
+        assert [e.path for e in errors] == [lay.shard_path(0)]
+        assert isinstance(errors[0].__cause__, CorruptionError)
+        assert sorted(got) == sorted([b"a%02d" % i for i in range(5)]
+                                     + [b"b%02d" % i for i in range(10)])
+        assert c.shards == ["000001"]
+        with pytest.raises(QueueEmpty):
+            c.get_nowait()
+

@@ -42,6 +42,7 @@ from ._setup import GroupLock, check_shard, finish_removals
 log = logging.getLogger("aiodiskqueue.group")
 
 _SETTLE_POLL = 0.05
+_FAILED_RETRY = 60.0  # seconds before a consumer takes again a shard that failed in its hands
 
 
 class ShardQueue(Protocol):
@@ -103,6 +104,7 @@ class GroupReader(Generic[Q, T]):
         self._watch: FileWatch | None = None
         self._task: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()
+        self._failed: dict[int, float] = {}  # shard number: when this reader may take it again
         self.closing = False
         self.removed = 0  # shards removed by retention
 
@@ -185,7 +187,8 @@ class GroupReader(Generic[Q, T]):
             for o in sorted(active, key=lambda o: o.num)[share:]:
                 self._release_later(o)
         elif len(active) < share:
-            free = [n for n in shards if n not in self.owned]
+            now = loop.time()
+            free = [n for n in shards if n not in self.owned and self._failed.get(n, 0) <= now]
             # Consumers joining at once start at different shards, not all at the first.
             at = int(self.members.id, 16) % len(free) if free else 0
             for num in free[at:] + free[:at]:
@@ -340,7 +343,8 @@ class GroupReader(Generic[Q, T]):
         """The next message, the shards taking turns (one message each per turn, so a busy
         shard cannot starve the others; FIFO within a shard).
 
-        Raises QueueEmpty if no shard has one ready, QueueClosed once closed.
+        Raises QueueEmpty if no shard has one ready, QueueClosed once closed,
+        ShardDamaged (once) if a shard fails: see :meth:`_failed_shard`.
         """
         if self.closing:
             raise self.closed_error()
@@ -350,13 +354,29 @@ class GroupReader(Generic[Q, T]):
         start = self._next
         for i in range(n):
             k = (start + i) % n
+            o = order[k]
             try:
-                item = take(order[k].q)
+                item = take(o.q)
             except QueueEmpty:
                 continue
+            except DiskQueueError as exc:
+                raise self._failed_shard(o, exc) from exc
             self._next = k + 1
             return item
         raise QueueEmpty()
+
+    def _failed_shard(self, o: Owned[Q], exc: DiskQueueError) -> ShardDamaged:
+        """Shard ``o``'s queue raised ``exc`` (a strict read met corruption, the queue
+        broke on an I/O error, it closed): one bad shard must not stop the others, so it
+        leaves the turns and is handed over like a shard above the share (another
+        consumer may read it), and this reader takes it again only after a while. The
+        caller raises the returned error, once."""
+        assert self._loop is not None
+        log.error("%s: the shard failed; left to other consumers for %s s: %s",
+                  o.path, _FAILED_RETRY, exc)
+        self._failed[o.num] = self._loop.time() + _FAILED_RETRY
+        self._release_later(o)
+        return ShardDamaged(o.path, f"failed while this consumer held it: {exc}")
 
     async def wait(self) -> None:
         """Wait until some shard may have a message ready, the shards change, or the

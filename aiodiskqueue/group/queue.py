@@ -243,7 +243,7 @@ class _Group(Generic[Q, T]):
         turns; FIFO within each shard.
 
         Raises QueueEmpty if none is ready, QueueClosed once closed, RoleError on a
-        producer.
+        producer, ShardDamaged as :meth:`get` does.
         """
         return self._the_reader("get_nowait()").take()
 
@@ -252,7 +252,10 @@ class _Group(Generic[Q, T]):
         turns, one message each, so a busy shard cannot starve the others; order is
         FIFO within a shard, none across shards. Cancelling it takes nothing.
 
-        Raises QueueClosed once closed, RoleError on a producer.
+        Raises QueueClosed once closed, RoleError on a producer, ShardDamaged (once,
+        the shard's error as its cause) if a shard this consumer holds fails (a strict
+        read meets corruption, its queue breaks on an I/O error): that shard is handed
+        over and taken again by this consumer only after a minute; the others go on.
         """
         return await self._the_reader("get()").get()
 
@@ -430,7 +433,7 @@ class AckQueueGroup(_Group[AckQueue, Message]):
 
         Raises QueueEmpty if none is ready (or each shard has ``max_in_flight`` out),
         QueueClosed once closed, RoleError on a producer, ValueError for a bad
-        ``msg_timeout``.
+        ``msg_timeout``, ShardDamaged as :meth:`QueueGroup.get` does.
         """
         reader = self._the_reader("get_nowait()")
         return reader.take(self._taker(msg_timeout))
@@ -442,7 +445,7 @@ class AckQueueGroup(_Group[AckQueue, Message]):
         this delivery (at most ``max_msg_timeout``). Cancelling it delivers nothing.
 
         Raises QueueClosed once closed, RoleError on a producer, ValueError for a bad
-        ``msg_timeout``.
+        ``msg_timeout``, ShardDamaged as :meth:`QueueGroup.get` does.
         """
         reader = self._the_reader("get()")
         return await reader.get(self._taker(msg_timeout))
