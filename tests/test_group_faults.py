@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from aiodiskqueue import CorruptionError, QueueEmpty, QueueGroup, ShardDamaged
+from aiodiskqueue import (
+    AckQueueGroup,
+    CorruptionError,
+    Message,
+    QueueEmpty,
+    QueueGroup,
+    ShardDamaged,
+)
 from aiodiskqueue._format.group import group_layout
+from aiodiskqueue.group import _reader
 
 WAIT = 20.0
 
@@ -79,3 +87,33 @@ async def test_one_failing_shard_does_not_stop_the_consumer(tmp_path: Path) -> N
         with pytest.raises(QueueEmpty):
             c.get_nowait()
 
+
+async def test_a_finish_that_ends_the_settling_of_a_hand_over_succeeds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with QueueGroup(tmp_path, "ev") as p1, QueueGroup(tmp_path, "ev") as p2:
+        await p1.put(b"x")
+        await p2.put(b"y")
+    c1 = await AckQueueGroup.open(tmp_path, "ev", "consumer", settle_timeout=WAIT,
+                                  sync_every=1)
+    try:
+        got: dict[bytes, Message] = {}
+        while len(got) < 2:
+            m = await asyncio.wait_for(c1.get(), WAIT)
+            got[m.body] = m
+        # The hand-over looks at the count of deliveries out at every turn of the loop:
+        # it sees the finish below before the finish's commit is written.
+        monkeypatch.setattr(_reader, "_SETTLE_POLL", 0.0)
+        c2 = await AckQueueGroup.open(tmp_path, "ev", "consumer", sync_every=1)
+        try:
+            await _until(lambda: len(c1.shards) == 1, "one shard leaving c1's turns")
+            settling = got[b"y"] if c1.shards == ["000000"] else got[b"x"]
+            # The finish settles the last delivery out: the hand-over must wait for its
+            # commit, not close the shard under it.
+            await settling.finish()
+            await _until(lambda: len(c2.shards) == 1, "the hand-over")
+            with pytest.raises(QueueEmpty):
+                c2.get_nowait()  # finished: not delivered again
+        finally:
+            await c2.aclose()
+    finally:
+        await c1.aclose()
