@@ -117,3 +117,24 @@ async def test_a_finish_that_ends_the_settling_of_a_hand_over_succeeds(
             await c2.aclose()
     finally:
         await c1.aclose()
+
+
+async def test_a_cancelled_close_is_finished_by_the_next_one(tmp_path: Path) -> None:
+    # As DiskQueue.aclose(): the close runs to completion even if its caller is
+    # cancelled, and a second aclose() waits for it.
+    async with QueueGroup(tmp_path, "ev") as p:
+        await p.put(b"x")
+    lay = group_layout(tmp_path, "ev")
+    c = await QueueGroup.open(tmp_path, "ev", "consumer")
+    assert c.shards == ["000000"]
+    closing = asyncio.ensure_future(c.aclose())
+    await asyncio.sleep(0)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    await asyncio.wait_for(c.aclose(), WAIT)
+    assert lay.members() == {}  # left the group
+    # Its shard is free again, with nothing taken.
+    async with QueueGroup(tmp_path, "ev", "consumer") as c2:
+        assert c2.shards == ["000000"]
+        assert await asyncio.wait_for(c2.get(), WAIT) == b"x"

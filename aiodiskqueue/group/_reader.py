@@ -108,6 +108,7 @@ class GroupReader(Generic[Q, T]):
         self._releases: set[asyncio.Task[None]] = set()
         self._failed: dict[int, float] = {}  # shard number: when this reader may take it again
         self.closing = False
+        self._closed: asyncio.Task[None] | None = None  # the close, once begun
         self.removed = 0  # shards removed by retention
 
     # ------------------------------------------------------------------ life cycle
@@ -132,15 +133,21 @@ class GroupReader(Generic[Q, T]):
         self._task = loop.create_task(self._run(), name=f"aiodiskqueue-group-{self.lay.name}")
 
     async def aclose(self) -> None:
-        """Stop taking, close every shard (storing its read position), leave the group."""
-        if self.closing:
-            return
-        self.closing = True
-        self._notify()
-        if self._watch is not None:
-            self._watch.close()  # wakes the watcher task, which then ends
+        """Stop taking, close every shard (storing its read position), leave the group;
+        idempotent. The close runs to its end even if the caller is cancelled; a later
+        call waits for it."""
+        if self._closed is None:
+            assert self._loop is not None
+            self.closing = True
+            self._notify()
+            if self._watch is not None:
+                self._watch.close()  # wakes the watcher task, which then ends
+            self._closed = self._loop.create_task(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
         if self._task is not None:
-            await asyncio.shield(self._task)
+            await asyncio.wait([self._task])  # whatever it ended with, the shards close
         if self._releases:
             await asyncio.wait(list(self._releases))
         await self._close_shards()

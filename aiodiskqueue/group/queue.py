@@ -137,10 +137,9 @@ class _Group(Generic[Q, T]):
         producer. A consumer stops taking, closes its shards (their read positions
         are stored; an AckQueueGroup's messages in flight are delivered again by the
         shard's next owner) and leaves the group, so that the others take its shards.
+        The close runs to its end even if the caller is cancelled; a later call waits
+        for it.
         """
-        if self._state in ("closed", "new"):
-            self._state = "closed"
-            return
         self._state = "closed"
         if self._producer is not None:
             await self._producer.aclose()
