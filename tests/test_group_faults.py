@@ -138,3 +138,19 @@ async def test_a_cancelled_close_is_finished_by_the_next_one(tmp_path: Path) -> 
     async with QueueGroup(tmp_path, "ev", "consumer") as c2:
         assert c2.shards == ["000000"]
         assert await asyncio.wait_for(c2.get(), WAIT) == b"x"
+
+
+async def test_three_consumers_of_four_shards_each_get_a_share(tmp_path: Path) -> None:
+    ps = [await QueueGroup.open(tmp_path, "ev") for _ in range(4)]
+    for p in ps:
+        await p.aclose()
+    cs = [await QueueGroup.open(tmp_path, "ev", "consumer") for _ in range(3)]
+    try:
+        # 2, 1 and 1: a newcomer is not left without a shard while another holds two
+        # more than it.
+        await _until(lambda: sorted(len(c.shards) for c in cs) == [1, 1, 2], "a share each")
+        held = [s for c in cs for s in c.shards]
+        assert sorted(held) == ["000000", "000001", "000002", "000003"]
+    finally:
+        for c in cs:
+            await c.aclose()

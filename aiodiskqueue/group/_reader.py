@@ -3,7 +3,8 @@ them in turn, handing shards over to other consumers, removing drained ones.
 
 Each shard is a queue opened with ``role="consumer"``: its consumer role (a flock) is
 what makes a shard this consumer's, so no message goes to two consumers. Every
-consumer aims at its share, ``ceil(shards / live consumers)``: below it, it takes free
+consumer aims at its share (the shards divided among the live consumers, the
+remainder one each to the first by member id): below it, it takes free
 shards (a non-blocking try, so a shard held by another consumer is skipped); above it,
 it stops taking from the highest-numbered ones, lets their in-flight messages settle
 (bounded) and closes them, which stores their read positions first. A consumer that
@@ -189,8 +190,7 @@ class GroupReader(Generic[Q, T]):
             if o.num not in shards and not o.releasing:
                 log.error("%s: shard removed while this consumer held it", o.path)
                 await self._drop(o)
-        live = await asyncio.to_thread(self.members.live)
-        share = -(-len(shards) // max(1, live))
+        share = await asyncio.to_thread(self.members.share, len(shards))
         active = [o for o in self.owned.values() if not o.releasing]
         if len(active) > share:
             for o in sorted(active, key=lambda o: o.num)[share:]:

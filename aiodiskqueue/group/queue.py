@@ -288,9 +288,9 @@ class QueueGroup(_Group[DiskQueue, bytes]):
     ``role="producer"`` claims a shard of its own: the first whose producer is gone,
     else a new one; a restarted worker claims again, with no configuration per
     worker. ``role="consumer"`` reads the whole group: it holds the consumer role of
-    its share of the shards (``ceil(shards / live consumers)``), takes new shards
-    while it runs, hands shards over when another consumer joins (after their
-    read positions are stored) and takes over the shards of a consumer that died
+    its share of the shards (divided among the live consumers: 2, 1 and 1 of 4 for
+    three), takes new shards while it runs, hands shards over when another consumer
+    joins (after their read positions are stored) and takes over the shards of a consumer that died
     (within about a second: its locks go with its process). No message goes to two
     consumers. Order is FIFO within a shard, none across shards; shards take turns.
 
