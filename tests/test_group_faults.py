@@ -1,14 +1,15 @@
-"""Queue groups under faults: durability of a new shard's directory entry, a shard that
-fails while a consumer holds it, a close that is cancelled."""
+"""Queue groups under faults and races: durability of a new shard's directory entries, a
+shard that fails in a consumer's hands, a hand-over under a finish, a cancelled close, the
+shares of several consumers."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_group import WAIT, _until
 
 from aiodiskqueue import (
     AckQueueGroup,
@@ -20,18 +21,6 @@ from aiodiskqueue import (
 )
 from aiodiskqueue._format.group import group_layout
 from aiodiskqueue.group import _reader
-
-WAIT = 20.0
-
-
-async def _until(cond: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    """Wait (polling: the state is another object's, changed by its own task) until ``cond``."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_a_put_into_a_new_shard_is_durable_with_its_directory_entries(
