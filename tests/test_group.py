@@ -436,3 +436,15 @@ async def test_ack_group_get_takes_a_msg_timeout(tmp_path: Path) -> None:
         if again.body == b"b":
             again = await asyncio.wait_for(c.get(), WAIT)
         assert again.body == b"a" and again.attempts == 2
+
+
+async def test_full_and_maxsize_as_a_diskqueue_s(tmp_path: Path) -> None:
+    # qsize(), empty() and full() as asyncio.Queue and DiskQueue have them: a producer's
+    # shard is bounded by maxsize; a consumer puts nothing, so it is never full.
+    async with QueueGroup(tmp_path, "ev", maxsize=2) as p, \
+            QueueGroup(tmp_path, "ev", "consumer", maxsize=2) as c:
+        assert (p.maxsize, p.full(), p.empty()) == (2, False, True)
+        await p.put_many([b"1", b"2"])
+        assert (p.qsize(), p.full(), p.empty()) == (2, True, False)
+        await _until(lambda: c.qsize() == 2, "the consumer seeing both")
+        assert (c.maxsize, c.full(), c.empty()) == (0, False, False)

@@ -427,7 +427,8 @@ class GroupReader(Generic[Q, T]):
             await self.wait()
 
     def qsize(self) -> int:
-        """Messages ready in the shards this consumer holds (not those being released)."""
+        """The sum of ``qsize()`` of the shards this consumer takes from (not those being
+        released)."""
         return sum(o.q.qsize() for o in self._order)
 
     def shard_names(self) -> list[str]:

@@ -207,8 +207,9 @@ class _Group(Generic[Q, T]):
         return [shard_name(self._shard)] if self._shard >= 0 else []
 
     def qsize(self) -> int:
-        """A consumer: messages ready in the shards it holds now. A producer: its shard's
-        depth, as its queue counts it (from the consumer's last stored position)."""
+        """A consumer: the messages not yet taken of the shards it holds now (an
+        AckQueueGroup: those ready, not in flight). A producer: its shard's depth, as its
+        queue counts it (from the consumer's last stored position)."""
         if self._reader is not None:
             return self._reader.qsize()
         return self._producer.qsize() if self._producer is not None else 0
@@ -363,6 +364,18 @@ class QueueGroup(_Group[DiskQueue, bytes]):
         Raises RoleError on a consumer, otherwise as ``DiskQueue.put_many()``.
         """
         await self._the_producer("put_many()").put_many(items)
+
+    def full(self) -> bool:
+        """A producer: its shard's ``full()`` (``maxsize > 0`` and ``qsize() >= maxsize``,
+        counted from the consumer's last stored position). A consumer puts nothing:
+        False."""
+        return self._producer.full() if self._producer is not None else False
+
+    @property
+    def maxsize(self) -> int:
+        """A producer: the bound on its shard's ``qsize()`` for ``put()`` (0: unbounded).
+        A consumer: 0."""
+        return self._producer.maxsize if self._producer is not None else 0
 
     @property
     def queue(self) -> DiskQueue:
