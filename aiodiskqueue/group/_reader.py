@@ -426,6 +426,15 @@ class GroupReader(Generic[Q, T]):
                 pass
             await self.wait()
 
+    async def sync(self) -> None:
+        """Store the read positions of the shards this consumer takes from now.
+
+        Raises QueueClosed once closed, DiskQueueError if a sync fails.
+        """
+        if self.closing:
+            raise self.closed_error()
+        await asyncio.gather(*(o.q.sync() for o in self._order))
+
     def qsize(self) -> int:
         """The sum of ``qsize()`` of the shards this consumer takes from (not those being
         released)."""

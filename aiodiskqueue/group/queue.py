@@ -230,11 +230,7 @@ class _Group(Generic[Q, T]):
         if self._role == "producer":
             await self._the_producer("sync()").sync()
             return
-        reader = self._the_reader("sync()")
-        if self._state != "open":
-            raise reader.closed_error()
-        await asyncio.gather(*(o.q.sync() for o in list(reader.owned.values())
-                               if not o.releasing))
+        await self._the_reader("sync()").sync()
 
     # ------------------------------------------------------------------ get side
 
