@@ -143,3 +143,32 @@ async def test_three_consumers_of_four_shards_each_get_a_share(tmp_path: Path) -
     finally:
         for c in cs:
             await c.aclose()
+
+
+async def test_a_shard_damaged_while_the_consumer_runs_is_logged_once_a_while(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import aiodiskqueue._core.notify as notify
+    monkeypatch.setattr(notify, "_libc", lambda: None)  # polling: many looks at the group
+    async with QueueGroup(tmp_path, "ev") as p:
+        await p.put(b"x")
+    lay = group_layout(tmp_path, "ev")
+    async with QueueGroup(tmp_path, "ev", "consumer") as c:
+        assert await asyncio.wait_for(c.get(), WAIT) == b"x"
+        Path(lay.shard_path(1)).write_bytes(b"not a shard")
+        reader = c._reader
+        assert reader is not None
+        looks = 0
+        real = reader.rebalance
+
+        async def counted(strict: bool = False) -> None:
+            nonlocal looks
+            looks += 1
+            await real(strict)
+
+        monkeypatch.setattr(reader, "rebalance", counted)
+        await _until(lambda: looks >= 4, "four looks at the group")
+    damaged = [r.getMessage() for r in caplog.records if lay.shard_path(1) in r.getMessage()]
+    assert len(damaged) == 1, damaged
+    assert "not a directory" in damaged[0]
+    # Each look went on past it (a failed look would skip the shards after it).
+    assert not [r for r in caplog.records if "rebalancing" in r.getMessage()]

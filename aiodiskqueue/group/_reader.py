@@ -211,21 +211,23 @@ class GroupReader(Generic[Q, T]):
 
     async def _try_take_shard(self, num: int, path: str, strict: bool) -> Owned[Q] | None:
         assert self._loop is not None
-        if holder_pid(Layout(path, self.lay.name).role_path("consumer")) is not None:
-            return None  # another consumer's: a probe, cheaper than an open that fails
         try:
             if not check_shard(path):
                 return None  # removed since it was listed
+            if holder_pid(Layout(path, self.lay.name).role_path("consumer")) is not None:
+                return None  # another consumer's: a probe, cheaper than an open that fails
             try:
                 q = await self.hooks.open(path)
             except (QueueLocked, QueueNotFound):
                 return None  # another consumer's, or a producer still creating it
             except DiskQueueError as exc:
                 raise ShardDamaged(path, f"cannot be opened: {exc}") from exc
-        except ShardDamaged:
+        except ShardDamaged as exc:
             if strict:
                 raise
-            log.exception("%s: skipping a damaged shard", path)
+            # Looked at again only after a while: not a log line at every look.
+            log.error("%s; skipped for %s s", exc, _FAILED_RETRY)
+            self._failed[num] = self._loop.time() + _FAILED_RETRY
             return None
         o = Owned(num, path, q, self._loop.time())
         self.owned[num] = o
