@@ -172,3 +172,18 @@ async def test_a_shard_damaged_while_the_consumer_runs_is_logged_once_a_while(
     assert "not a directory" in damaged[0]
     # Each look went on past it (a failed look would skip the shards after it).
     assert not [r for r in caplog.records if "rebalancing" in r.getMessage()]
+
+
+async def test_a_shard_that_cannot_be_opened_is_shard_damaged_for_either_role(
+        tmp_path: Path) -> None:
+    async with QueueGroup(tmp_path, "ev") as p:
+        await p.put(b"x")
+    lay = group_layout(tmp_path, "ev")
+    meta = lay.shard_layout(0).meta_path
+    os.unlink(meta)
+    os.mkdir(meta)  # a directory where the shard's meta file belongs
+    for role in ("producer", "consumer"):
+        with pytest.raises(ShardDamaged, match="cannot be opened") as caught:
+            await QueueGroup.open(tmp_path, "ev", role)
+        assert caught.value.path == lay.shard_path(0)
+    assert list(lay.shards()) == [0] and lay.members() == {}

@@ -15,7 +15,7 @@ from .._format.group import GroupLayout, group_layout, shard_name
 from .._format.layout import Layout, fsync_dir
 from .._format.roles import check_role, holder_pid
 from ..ack import AckQueue, Message
-from ..errors import QueueClosed, QueueLocked, RoleError
+from ..errors import DiskQueueError, QueueClosed, QueueLocked, RoleError, ShardDamaged
 from ..queue import DiskQueue
 from ._reader import GroupReader, ShardHooks
 from ._setup import GroupLock, check_shard, finish_removals, prepare_group
@@ -90,7 +90,9 @@ class _Group(Generic[Q, T]):
         gone, else a new one numbered after every shard there is. Under the group lock:
         no consumer removes the shard meanwhile, no other producer makes the same one.
 
-        Raises ShardDamaged if a shard is not a readable directory.
+        Raises ShardDamaged if a shard is not a readable directory or a free one cannot
+        be opened (as a consumer's first look does), DiskQueueError if a new one cannot
+        be made.
         """
         lay = self._lay
         async with GroupLock(lay.lock_path).held():
@@ -105,6 +107,8 @@ class _Group(Generic[Q, T]):
                     self._producer = await self._open_shard(path, "producer")
                 except QueueLocked:
                     continue
+                except DiskQueueError as exc:
+                    raise ShardDamaged(path, f"cannot be opened: {exc}") from exc
                 self._shard = num
                 return
             num = max(shards, default=-1) + 1
