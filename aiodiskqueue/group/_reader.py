@@ -385,11 +385,11 @@ class GroupReader(Generic[Q, T]):
     def _failed_shard(self, o: Owned[Q], exc: DiskQueueError) -> ShardDamaged:
         """Shard ``o``'s queue raised ``exc`` (a strict read met corruption, the queue
         broke on an I/O error, it closed): one bad shard must not stop the others, so it
-        leaves the turns and is handed over like a shard above the share (another
-        consumer may read it), and this reader takes it again only after a while. The
+        leaves the turns and is closed like a shard handed over (a consumer below its
+        share may take it), and this reader takes it again only after a while. The
         caller raises the returned error, once."""
         assert self._loop is not None
-        log.error("%s: the shard failed; left to other consumers for %s s: %s",
+        log.error("%s: the shard failed; this consumer takes it again in %s s: %s",
                   o.path, _FAILED_RETRY, exc)
         self._failed[o.num] = self._loop.time() + _FAILED_RETRY
         self._release_later(o)
