@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,16 @@ async def test_a_shard_that_cannot_be_opened_is_shard_damaged_for_either_role(
             await QueueGroup.open(tmp_path, "ev", role)
         assert caught.value.path == lay.shard_path(0)
     assert list(lay.shards()) == [0] and lay.members() == {}
+
+
+async def test_more_claims_at_once_than_executor_threads(tmp_path: Path) -> None:
+    # Waiting for the group lock must not hold a thread of the loop's executor: with
+    # every thread blocked in flock(), the holder could not finish its claim (it needs a
+    # thread too) and no claim ever would.
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
+    groups = await asyncio.wait_for(
+        asyncio.gather(*(QueueGroup.open(tmp_path, "ev") for _ in range(5))), WAIT)
+    assert sorted(g.shard or "" for g in groups) == [f"{n:06d}" for n in range(5)]
+    for g in groups:
+        await g.aclose()
