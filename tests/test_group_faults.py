@@ -1,6 +1,6 @@
 """Queue groups under faults and races: durability of a new shard's directory entries, a
 shard that fails in a consumer's hands, a hand-over under a finish, a cancelled close, the
-shares of several consumers."""
+shares of several consumers, damaged shards, many claims at once in one process."""
 
 from __future__ import annotations
 
