@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from helpers_format import read_queue
+from helpers_format import read_meta, read_queue
 
 from aiodiskqueue import (
     AckQueue,
@@ -436,3 +436,28 @@ async def test_ack_group_get_takes_a_msg_timeout(tmp_path: Path) -> None:
         if again.body == b"b":
             again = await asyncio.wait_for(c.get(), WAIT)
         assert again.body == b"a" and again.attempts == 2
+
+
+async def test_full_and_maxsize_as_a_diskqueue_s(tmp_path: Path) -> None:
+    # qsize(), empty() and full() as asyncio.Queue and DiskQueue have them: a producer's
+    # shard is bounded by maxsize; a consumer puts nothing, so it is never full.
+    async with QueueGroup(tmp_path, "ev", maxsize=2) as p, \
+            QueueGroup(tmp_path, "ev", "consumer", maxsize=2) as c:
+        assert (p.maxsize, p.full(), p.empty()) == (2, False, True)
+        await p.put_many([b"1", b"2"])
+        assert (p.qsize(), p.full(), p.empty()) == (2, True, False)
+        await _until(lambda: c.qsize() == 2, "the consumer seeing both")
+        assert (c.maxsize, c.full(), c.empty()) == (0, False, False)
+
+
+async def test_a_consumer_s_sync_stores_its_read_positions(tmp_path: Path) -> None:
+    await _producers(tmp_path, 2, 2)
+    lay = group_layout(tmp_path, "ev")
+    c = await QueueGroup.open(tmp_path, "ev", "consumer", sync_every=1000, sync_interval=3600)
+    assert len(await _gets(c, 3)) == 3
+    await c.sync()
+    depths = [read_meta(Path(lay.shard_path(n)), "ev").depth for n in (0, 1)]
+    assert sorted(depths) == [0, 1]
+    await c.aclose()
+    with pytest.raises(QueueClosed):
+        await c.sync()

@@ -103,3 +103,11 @@ def test_the_sync_group_is_a_producer(tmp_path: Path) -> None:
             asyncio.run_coroutine_threadsafe(g.group.get(), g._runner.loop).result()
     with pytest.raises(TypeError):
         SyncQueueGroup(tmp_path, "jobs", no_such_option=1)
+
+
+def test_the_sync_group_counts_as_queue_queue_does(tmp_path: Path) -> None:
+    # qsize(), empty() and full() and maxsize, as queue.Queue and the sync DiskQueue.
+    with SyncQueueGroup(tmp_path, "jobs", maxsize=2) as g:
+        assert (g.qsize(), g.empty(), g.full(), g.maxsize) == (0, True, False, 2)
+        g.put_many([b"1", b"2"])
+        assert (g.qsize(), g.empty(), g.full()) == (2, False, True)

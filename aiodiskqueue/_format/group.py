@@ -221,7 +221,7 @@ def create_group_meta(lay: GroupLayout, meta: GroupMeta) -> GroupMeta:
 
     Atomic between processes: the file is written and fsynced under a temp name and
     linked into place (``link`` fails if the name exists), so a reader sees a whole
-    file or none, and the first creator wins.
+    file or none, and the first creator wins. Both directories are fsynced after.
 
     Raises GroupFormatError if the stored one is damaged or of another version,
     OSError if the files cannot be written.
@@ -242,6 +242,7 @@ def create_group_meta(lay: GroupLayout, meta: GroupMeta) -> GroupMeta:
     finally:
         os.unlink(tmp)
     fsync_dir(lay.path)
+    fsync_dir(lay.directory)  # the group directory's own entry: a new group survives a power cut
     stored = read_group_meta(lay.directory, lay.name)
     assert stored is not None
     return stored

@@ -43,21 +43,32 @@ class Membership:
             raise
         self._fd = fd
 
-    def live(self) -> int:
-        """How many consumers of the group run now (this one included); removes the
-        member files of those that are gone (blocking)."""
-        n = 0
+    def live(self) -> list[str]:
+        """The ids of the consumers of the group that run now (this one included),
+        sorted; removes the member files of those that are gone (blocking)."""
+        ids = []
         for member, path in self.lay.members().items():
             if member == self.id:
-                n += 1
+                ids.append(member)
                 continue
             held = held_exclusively(path)
             if held:
-                n += 1
+                ids.append(member)
             elif held is False:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-        return n
+        if self.id not in ids:
+            ids.append(self.id)
+        return sorted(ids)
+
+    def share(self, shards: int) -> int:
+        """How many of ``shards`` shards this consumer should hold (blocking): the
+        shards divided among the live consumers, the remainder going one each to the
+        first by id, so that the shares add up to the shards (``ceil`` for all would
+        leave a newcomer with none where 3 consumers share 4 shards)."""
+        ids = self.live()
+        base, extra = divmod(shards, len(ids))
+        return base + (1 if ids.index(self.id) < extra else 0)
 
     def poke(self) -> None:
         """Rewrite the member file: an inotify event that makes the other consumers look

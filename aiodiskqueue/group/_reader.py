@@ -3,7 +3,8 @@ them in turn, handing shards over to other consumers, removing drained ones.
 
 Each shard is a queue opened with ``role="consumer"``: its consumer role (a flock) is
 what makes a shard this consumer's, so no message goes to two consumers. Every
-consumer aims at its share, ``ceil(shards / live consumers)``: below it, it takes free
+consumer aims at its share (the shards divided among the live consumers, the
+remainder one each to the first by member id): below it, it takes free
 shards (a non-blocking try, so a shard held by another consumer is skipped); above it,
 it stops taking from the highest-numbered ones, lets their in-flight messages settle
 (bounded) and closes them, which stores their read positions first. A consumer that
@@ -42,6 +43,7 @@ from ._setup import GroupLock, check_shard, finish_removals
 log = logging.getLogger("aiodiskqueue.group")
 
 _SETTLE_POLL = 0.05
+_FAILED_RETRY = 60.0  # seconds before a consumer takes again a shard that failed in its hands
 
 
 class ShardQueue(Protocol):
@@ -50,6 +52,8 @@ class ShardQueue(Protocol):
     async def _wait_ready(self) -> None: ...
 
     def qsize(self) -> int: ...
+
+    async def sync(self) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -103,7 +107,9 @@ class GroupReader(Generic[Q, T]):
         self._watch: FileWatch | None = None
         self._task: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()
+        self._failed: dict[int, float] = {}  # shard number: when this reader may take it again
         self.closing = False
+        self._closed: asyncio.Task[None] | None = None  # the close, once begun
         self.removed = 0  # shards removed by retention
 
     # ------------------------------------------------------------------ life cycle
@@ -128,15 +134,21 @@ class GroupReader(Generic[Q, T]):
         self._task = loop.create_task(self._run(), name=f"aiodiskqueue-group-{self.lay.name}")
 
     async def aclose(self) -> None:
-        """Stop taking, close every shard (storing its read position), leave the group."""
-        if self.closing:
-            return
-        self.closing = True
-        self._notify()
-        if self._watch is not None:
-            self._watch.close()  # wakes the watcher task, which then ends
+        """Stop taking, close every shard (storing its read position), leave the group;
+        idempotent. The close runs to its end even if the caller is cancelled; a later
+        call waits for it."""
+        if self._closed is None:
+            assert self._loop is not None
+            self.closing = True
+            self._notify()
+            if self._watch is not None:
+                self._watch.close()  # wakes the watcher task, which then ends
+            self._closed = self._loop.create_task(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
         if self._task is not None:
-            await asyncio.shield(self._task)
+            await asyncio.wait([self._task])  # whatever it ended with, the shards close
         if self._releases:
             await asyncio.wait(list(self._releases))
         await self._close_shards()
@@ -178,14 +190,14 @@ class GroupReader(Generic[Q, T]):
             if o.num not in shards and not o.releasing:
                 log.error("%s: shard removed while this consumer held it", o.path)
                 await self._drop(o)
-        live = await asyncio.to_thread(self.members.live)
-        share = -(-len(shards) // max(1, live))
+        share = await asyncio.to_thread(self.members.share, len(shards))
         active = [o for o in self.owned.values() if not o.releasing]
         if len(active) > share:
             for o in sorted(active, key=lambda o: o.num)[share:]:
                 self._release_later(o)
         elif len(active) < share:
-            free = [n for n in shards if n not in self.owned]
+            now = loop.time()
+            free = [n for n in shards if n not in self.owned and self._failed.get(n, 0) <= now]
             # Consumers joining at once start at different shards, not all at the first.
             at = int(self.members.id, 16) % len(free) if free else 0
             for num in free[at:] + free[:at]:
@@ -199,21 +211,23 @@ class GroupReader(Generic[Q, T]):
 
     async def _try_take_shard(self, num: int, path: str, strict: bool) -> Owned[Q] | None:
         assert self._loop is not None
-        if holder_pid(Layout(path, self.lay.name).role_path("consumer")) is not None:
-            return None  # another consumer's: a probe, cheaper than an open that fails
         try:
             if not check_shard(path):
                 return None  # removed since it was listed
+            if holder_pid(Layout(path, self.lay.name).role_path("consumer")) is not None:
+                return None  # another consumer's: a probe, cheaper than an open that fails
             try:
                 q = await self.hooks.open(path)
             except (QueueLocked, QueueNotFound):
                 return None  # another consumer's, or a producer still creating it
             except DiskQueueError as exc:
                 raise ShardDamaged(path, f"cannot be opened: {exc}") from exc
-        except ShardDamaged:
+        except ShardDamaged as exc:
             if strict:
                 raise
-            log.exception("%s: skipping a damaged shard", path)
+            # Looked at again only after a while: not a log line at every look.
+            log.error("%s; skipped for %s s", exc, _FAILED_RETRY)
+            self._failed[num] = self._loop.time() + _FAILED_RETRY
             return None
         o = Owned(num, path, q, self._loop.time())
         self.owned[num] = o
@@ -233,13 +247,19 @@ class GroupReader(Generic[Q, T]):
 
     async def _release(self, o: Owned[Q]) -> None:
         """Hand shard ``o`` over: no more takes from it (done), its in-flight messages
-        settle (at most ``settle_timeout``), then it is closed, which stores its read
-        position before the role is free."""
+        settle (at most ``settle_timeout``), then it is committed and closed, which
+        stores its read position before the role is free."""
         loop = self._loop
         assert loop is not None
         deadline = loop.time() + self.settle_timeout
         while (self.hooks.in_flight(o.q) and loop.time() < deadline and not self.closing):
             await asyncio.sleep(_SETTLE_POLL)
+        # The finish that settled the last delivery may still wait for its commit: one
+        # commit now ends that wait, where a close under it would fail it as closed.
+        try:
+            await o.q.sync()
+        except DiskQueueError as exc:
+            log.warning("%s: commit before the hand-over failed: %s", o.path, exc)
         await self._drop(o)
         with contextlib.suppress(OSError):
             self.members.poke()
@@ -340,7 +360,8 @@ class GroupReader(Generic[Q, T]):
         """The next message, the shards taking turns (one message each per turn, so a busy
         shard cannot starve the others; FIFO within a shard).
 
-        Raises QueueEmpty if no shard has one ready, QueueClosed once closed.
+        Raises QueueEmpty if no shard has one ready, QueueClosed once closed,
+        ShardDamaged (once) if a shard fails: see :meth:`_failed_shard`.
         """
         if self.closing:
             raise self.closed_error()
@@ -350,13 +371,29 @@ class GroupReader(Generic[Q, T]):
         start = self._next
         for i in range(n):
             k = (start + i) % n
+            o = order[k]
             try:
-                item = take(order[k].q)
+                item = take(o.q)
             except QueueEmpty:
                 continue
+            except DiskQueueError as exc:
+                raise self._failed_shard(o, exc) from exc
             self._next = k + 1
             return item
         raise QueueEmpty()
+
+    def _failed_shard(self, o: Owned[Q], exc: DiskQueueError) -> ShardDamaged:
+        """Shard ``o``'s queue raised ``exc`` (a strict read met corruption, the queue
+        broke on an I/O error, it closed): one bad shard must not stop the others, so it
+        leaves the turns and is closed like a shard handed over (a consumer below its
+        share may take it), and this reader takes it again only after a while. The
+        caller raises the returned error, once."""
+        assert self._loop is not None
+        log.error("%s: the shard failed; this consumer takes it again in %s s: %s",
+                  o.path, _FAILED_RETRY, exc)
+        self._failed[o.num] = self._loop.time() + _FAILED_RETRY
+        self._release_later(o)
+        return ShardDamaged(o.path, f"failed while this consumer held it: {exc}")
 
     async def wait(self) -> None:
         """Wait until some shard may have a message ready, the shards change, or the
@@ -391,8 +428,18 @@ class GroupReader(Generic[Q, T]):
                 pass
             await self.wait()
 
+    async def sync(self) -> None:
+        """Store the read positions of the shards this consumer takes from now.
+
+        Raises QueueClosed once closed, DiskQueueError if a sync fails.
+        """
+        if self.closing:
+            raise self.closed_error()
+        await asyncio.gather(*(o.q.sync() for o in self._order))
+
     def qsize(self) -> int:
-        """Messages ready in the shards this consumer holds (not those being released)."""
+        """The sum of ``qsize()`` of the shards this consumer takes from (not those being
+        released)."""
         return sum(o.q.qsize() for o in self._order)
 
     def shard_names(self) -> list[str]:

@@ -20,6 +20,9 @@ from ..errors import (
     ShardDamaged,
 )
 
+_LOCK_POLL_MIN = 0.001
+_LOCK_POLL_MAX = 0.05
+
 
 def prepare_group(lay: GroupLayout, opts: Options) -> GroupMeta:
     """Check that ``lay``'s name is no plain queue's, store the group meta if there is
@@ -77,33 +80,30 @@ class GroupLock:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def _acquire(self) -> int:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
     @asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
-        """Hold the lock (waiting in a thread for it) for the body of an ``async with``.
+        """Hold the lock for the body of an ``async with``, waiting for it on the loop.
 
-        Cancelled while waiting, it lets go of the lock as soon as the thread gets it.
+        The wait tries ``flock(LOCK_NB)`` with a backoff (1 ms up to 50 ms) rather than
+        blocking a thread: the lock is held for a claim's few file operations, and a
+        thread of the loop's executor blocked in ``flock`` for each waiter could leave
+        none for the holder, which needs one to finish. Cancelled while waiting, it
+        holds nothing.
         """
-        task = asyncio.ensure_future(asyncio.to_thread(self._acquire))
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fd = await asyncio.shield(task)
+            delay = _LOCK_POLL_MIN
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(delay)
+                    delay = min(_LOCK_POLL_MAX, delay * 2)
         except BaseException:
-            task.add_done_callback(_close_taken)
+            os.close(fd)
             raise
         try:
             yield
         finally:
             os.close(fd)  # drops the flock
-
-
-def _close_taken(task: asyncio.Future[int]) -> None:
-    if not task.cancelled() and task.exception() is None:
-        os.close(task.result())

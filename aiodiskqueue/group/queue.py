@@ -1,22 +1,21 @@
-"""The public queue groups: :class:`QueueGroup` (bytes) and :class:`AckQueueGroup`
-(NSQ-style deliveries), each a producer or a consumer of a group of shards."""
+"""The public queue group of bytes, :class:`QueueGroup`, a producer or a consumer of a group
+of shards, and what it shares with :class:`~.ack.AckQueueGroup` (``_Group``)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, Generic, TypeVar, final
 
 from .._core.options import Options, check_name, number
 from .._format.group import GroupLayout, group_layout, shard_name
-from .._format.layout import Layout
+from .._format.layout import Layout, fsync_dir
 from .._format.roles import check_role, holder_pid
 from ..ack import AckQueue, Message
-from ..ack.options import AckOptions
-from ..errors import DiskQueueError, QueueClosed, QueueLocked, RoleError
+from ..errors import DiskQueueError, QueueClosed, QueueLocked, RoleError, ShardDamaged
 from ..queue import DiskQueue
 from ._reader import GroupReader, ShardHooks
 from ._setup import GroupLock, check_shard, finish_removals, prepare_group
@@ -91,7 +90,9 @@ class _Group(Generic[Q, T]):
         gone, else a new one numbered after every shard there is. Under the group lock:
         no consumer removes the shard meanwhile, no other producer makes the same one.
 
-        Raises ShardDamaged if a shard is not a readable directory.
+        Raises ShardDamaged if a shard is not a readable directory or a free one cannot
+        be opened (as a consumer's first look does), DiskQueueError if a new one cannot
+        be made.
         """
         lay = self._lay
         async with GroupLock(lay.lock_path).held():
@@ -106,11 +107,21 @@ class _Group(Generic[Q, T]):
                     self._producer = await self._open_shard(path, "producer")
                 except QueueLocked:
                     continue
+                except DiskQueueError as exc:
+                    raise ShardDamaged(path, f"cannot be opened: {exc}") from exc
                 self._shard = num
                 return
             num = max(shards, default=-1) + 1
             self._producer = await self._open_shard(lay.shard_path(num), "producer")
             self._shard = num
+            try:
+                # The new shard's entry in the group directory, before any put into it
+                # is acknowledged (with sync_every=1, fsynced).
+                await asyncio.to_thread(fsync_dir, lay.path)
+            except BaseException:
+                await self._producer.aclose()
+                self._producer = None
+                raise
 
     async def __aenter__(self) -> Any:
         if self._state == "new":
@@ -129,10 +140,9 @@ class _Group(Generic[Q, T]):
         producer. A consumer stops taking, closes its shards (their read positions
         are stored; an AckQueueGroup's messages in flight are delivered again by the
         shard's next owner) and leaves the group, so that the others take its shards.
+        The close runs to its end even if the caller is cancelled; a later call waits
+        for it.
         """
-        if self._state in ("closed", "new"):
-            self._state = "closed"
-            return
         self._state = "closed"
         if self._producer is not None:
             await self._producer.aclose()
@@ -200,8 +210,9 @@ class _Group(Generic[Q, T]):
         return [shard_name(self._shard)] if self._shard >= 0 else []
 
     def qsize(self) -> int:
-        """A consumer: messages ready in the shards it holds now. A producer: its shard's
-        depth, as its queue counts it (from the consumer's last stored position)."""
+        """A consumer: the messages not yet taken of the shards it holds now (an
+        AckQueueGroup: those ready, not in flight). A producer: its shard's depth, as its
+        queue counts it (from the consumer's last stored position)."""
         if self._reader is not None:
             return self._reader.qsize()
         return self._producer.qsize() if self._producer is not None else 0
@@ -222,11 +233,7 @@ class _Group(Generic[Q, T]):
         if self._role == "producer":
             await self._the_producer("sync()").sync()
             return
-        reader = self._the_reader("sync()")
-        if self._state != "open":
-            raise reader.closed_error()
-        await asyncio.gather(*(o.q.sync() for o in list(reader.owned.values())
-                               if not o.releasing))
+        await self._the_reader("sync()").sync()
 
     # ------------------------------------------------------------------ get side
 
@@ -235,7 +242,7 @@ class _Group(Generic[Q, T]):
         turns; FIFO within each shard.
 
         Raises QueueEmpty if none is ready, QueueClosed once closed, RoleError on a
-        producer.
+        producer, ShardDamaged as :meth:`get` does.
         """
         return self._the_reader("get_nowait()").take()
 
@@ -244,7 +251,10 @@ class _Group(Generic[Q, T]):
         turns, one message each, so a busy shard cannot starve the others; order is
         FIFO within a shard, none across shards. Cancelling it takes nothing.
 
-        Raises QueueClosed once closed, RoleError on a producer.
+        Raises QueueClosed once closed, RoleError on a producer, ShardDamaged (once,
+        the shard's error as its cause) if a shard this consumer holds fails (a strict
+        read meets corruption, its queue breaks on an I/O error): that shard is handed
+        over and taken again by this consumer only after a minute; the others go on.
         """
         return await self._the_reader("get()").get()
 
@@ -278,9 +288,9 @@ class QueueGroup(_Group[DiskQueue, bytes]):
     ``role="producer"`` claims a shard of its own: the first whose producer is gone,
     else a new one; a restarted worker claims again, with no configuration per
     worker. ``role="consumer"`` reads the whole group: it holds the consumer role of
-    its share of the shards (``ceil(shards / live consumers)``), takes new shards
-    while it runs, hands shards over when another consumer joins (after their
-    read positions are stored) and takes over the shards of a consumer that died
+    its share of the shards (divided among the live consumers: 2, 1 and 1 of 4 for
+    three), takes new shards while it runs, hands shards over when another consumer
+    joins (after their read positions are stored) and takes over the shards of a consumer that died
     (within about a second: its locks go with its process). No message goes to two
     consumers. Order is FIFO within a shard, none across shards; shards take turns.
 
@@ -354,6 +364,18 @@ class QueueGroup(_Group[DiskQueue, bytes]):
         """
         await self._the_producer("put_many()").put_many(items)
 
+    def full(self) -> bool:
+        """A producer: its shard's ``full()`` (``maxsize > 0`` and ``qsize() >= maxsize``,
+        counted from the consumer's last stored position). A consumer puts nothing:
+        False."""
+        return self._producer.full() if self._producer is not None else False
+
+    @property
+    def maxsize(self) -> int:
+        """A producer: the bound on its shard's ``qsize()`` for ``put()`` (0: unbounded).
+        A consumer: 0."""
+        return self._producer.maxsize if self._producer is not None else 0
+
     @property
     def queue(self) -> DiskQueue:
         """A producer's shard queue (for ``statistics()`` and the like; do not close it).
@@ -363,127 +385,9 @@ class QueueGroup(_Group[DiskQueue, bytes]):
         return self._the_producer("queue")
 
 
-@final
-class AckQueueGroup(_Group[AckQueue, Message]):
-    """A queue group whose consumers deliver NSQ-style: a message is in flight until
-    finished or requeued, timeouts, dead letters, as :class:`~aiodiskqueue.AckQueue`.
-
-    Each shard is an AckQueue; a consumer holds the consumer role of its shards, so
-    the in-flight messages, the ack log and the dead letters (``NAME.dead-letters``
-    inside the shard) are the consumer process's, per shard; ``max_in_flight`` counts
-    per shard. A take-over delivers again what the dead consumer had in flight (the
-    shard's ack log has them). A producer puts ready messages (no ``delay``: deferred
-    messages live in the consumer's ack log). A raw-format consumer may be fed by
-    :class:`QueueGroup` producers. The options are AckQueue's; the group's layout,
-    roles, ``retention`` and ``settle_timeout`` (default: ``msg_timeout``) are as for
-    :class:`QueueGroup`.
-    """
-
-    _kind = "AckQueueGroup"
-
-    def __init__(self, directory: str | os.PathLike[str], name: str, role: str = "producer",
-                 *, retention: float | None = None, settle_timeout: float | None = None,
-                 **options: Any) -> None:
-        o = AckOptions.from_keywords("AckQueueGroup",
-                                     {k: v for k, v in options.items() if k != "clock"})
-        self._options = options
-        self._max_msg_timeout = o.max_msg_timeout
-        super().__init__(directory, name, role, retention,
-                         o.msg_timeout if settle_timeout is None else settle_timeout,
-                         o.data_options())
-
-    @classmethod
-    async def open(cls, directory: str | os.PathLike[str], name: str, role: str = "producer",
-                   **options: Any) -> AckQueueGroup:
-        """Open (creating if needed) group ``name`` in ``directory`` as ``role``.
-
-        Raises as :meth:`QueueGroup.open` does.
-        """
-        g = cls(directory, name, role, **options)
-        await g._start()
-        return g
-
-    async def __aenter__(self) -> AckQueueGroup:
-        await super().__aenter__()
-        return self
-
-    async def _open_shard(self, path: str, role: str) -> AckQueue:
-        return await AckQueue.open(path, self._lay.name, role=role, **self._options)
-
-    def _hooks(self) -> ShardHooks[AckQueue, Message]:
-        async def open_consumer(path: str) -> AckQueue:
-            return await self._open_shard(path, "consumer")
-
-        return ShardHooks(open_consumer, _ack_take, _ack_in_flight, _ack_keeps)
-
-    def get_nowait(self, *, msg_timeout: float | None = None) -> Message:
-        """Deliver a message ready in one of this consumer's shards, the shards taking
-        turns; FIFO within each shard. ``msg_timeout`` as for :meth:`get`.
-
-        Raises QueueEmpty if none is ready (or each shard has ``max_in_flight`` out),
-        QueueClosed once closed, RoleError on a producer, ValueError for a bad
-        ``msg_timeout``.
-        """
-        reader = self._the_reader("get_nowait()")
-        return reader.take(self._taker(msg_timeout))
-
-    async def get(self, *, msg_timeout: float | None = None) -> Message:
-        """Deliver the next message of this consumer's shards, waiting for one; it is in
-        flight until finished, requeued or timed out (``AckQueue.get()``). Shards take
-        turns; order is FIFO within a shard. ``msg_timeout`` overrides the queue's for
-        this delivery (at most ``max_msg_timeout``). Cancelling it delivers nothing.
-
-        Raises QueueClosed once closed, RoleError on a producer, ValueError for a bad
-        ``msg_timeout``.
-        """
-        reader = self._the_reader("get()")
-        return await reader.get(self._taker(msg_timeout))
-
-    def _taker(self, msg_timeout: float | None) -> Callable[[AckQueue], Message] | None:
-        if msg_timeout is None:
-            return None
-        t = number("msg_timeout", msg_timeout, positive=True)
-        if t > self._max_msg_timeout:
-            raise ValueError(f"msg_timeout must be <= max_msg_timeout={self._max_msg_timeout}, "
-                             f"got {msg_timeout}")
-        return lambda q: q.get_nowait(msg_timeout=t)
-
-    async def put(self, body: bytes | bytearray | memoryview) -> None:
-        """Publish ``body`` into this producer's shard (``AckQueue.put()`` of a producer).
-
-        Raises RoleError on a consumer, otherwise as ``AckQueue.put()``.
-        """
-        await self._the_producer("put()").put(body)
-
-    async def put_many(self, bodies: Iterable[bytes | bytearray | memoryview]) -> None:
-        """Publish every body, in order, as one batch into this producer's shard.
-
-        Raises RoleError on a consumer, otherwise as ``AckQueue.put_many()``.
-        """
-        await self._the_producer("put_many()").put_many(bodies)
-
-
 def _nothing_in_flight(q: DiskQueue) -> int:
     return 0
 
 
 def _keeps_nothing(q: DiskQueue) -> bool:
     return False
-
-
-def _ack_take(q: AckQueue) -> Message:
-    return q.get_nowait()
-
-
-def _ack_in_flight(q: AckQueue) -> int:
-    return q.statistics().in_flight
-
-
-def _ack_keeps(q: AckQueue) -> bool:
-    st = q.statistics()
-    if st.deferred:
-        return True
-    try:
-        return bool(q.dead_letters.qsize())
-    except DiskQueueError:
-        return False  # max_attempts=0: no dead-letter queue

@@ -63,20 +63,53 @@ class SyncQueueGroup:
         self._check_process().put(item, block, timeout)
 
     def put_nowait(self, item: bytes | bytearray | memoryview) -> None:
-        """Accept ``item`` without waiting, as :meth:`aiodiskqueue.sync.DiskQueue.put_nowait`."""
+        """Accept ``item`` without waiting, as :meth:`aiodiskqueue.sync.DiskQueue.put_nowait`.
+
+        Raises DiskQueueError from a forked process, otherwise as that ``put_nowait()``.
+        """
         self._check_process().put_nowait(item)
 
     def put_many(self, items: Iterable[bytes | bytearray | memoryview]) -> None:
-        """Put every item, in order, as one batch; returns once written."""
+        """Put every item, in order, as one batch; returns once written.
+
+        Raises DiskQueueError from a forked process, otherwise as
+        :meth:`aiodiskqueue.sync.DiskQueue.put_many`.
+        """
         self._check_process().put_many(items)
 
     def sync(self) -> None:
-        """fsync this worker's shard and store its meta now."""
+        """fsync this worker's shard and store its meta now.
+
+        Raises DiskQueueError from a forked process or if the sync fails.
+        """
         self._check_process().sync()
 
     def qsize(self) -> int:
-        """This worker's shard's depth, as its producer counts it."""
+        """This worker's shard's depth, as its producer counts it (from the consumer's last
+        stored position).
+
+        Raises DiskQueueError from a forked process.
+        """
         return self._check_process().qsize()
+
+    def empty(self) -> bool:
+        """True if ``qsize() == 0``.
+
+        Raises DiskQueueError from a forked process.
+        """
+        return self._check_process().empty()
+
+    def full(self) -> bool:
+        """True if ``maxsize > 0`` and ``qsize() >= maxsize`` (a ``put()`` would wait).
+
+        Raises DiskQueueError from a forked process.
+        """
+        return self._check_process().full()
+
+    @property
+    def maxsize(self) -> int:
+        """The bound on this worker's shard's ``qsize()`` for ``put()``; 0: unbounded."""
+        return self._q.maxsize
 
     @property
     def shard(self) -> str:
