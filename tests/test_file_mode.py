@@ -163,6 +163,36 @@ def test_the_sync_facades_pass_the_modes_on(tmp_path: Path, umask_022: None) -> 
     assert_modes(tmp_path / "a", 0o640, 0o750)
 
 
+@pytest.mark.parametrize("file_mode,dir_mode", [DEFAULT, (0o660, 0o770)])
+async def test_a_queue_group_s_files_follow_the_modes(tmp_path: Path, umask_022: None,
+                                                      file_mode: int, dir_mode: int) -> None:
+    """The group directory, its meta, lock and member files, every shard and an
+    AckQueueGroup's ack logs and dead letters."""
+    from aiodiskqueue import AckQueueGroup, QueueGroup
+
+    extra = {} if (file_mode, dir_mode) == DEFAULT else {"file_mode": file_mode,
+                                                          "dir_mode": dir_mode}
+    root = tmp_path / "d"
+    async with QueueGroup(root, "g", **extra) as p1, QueueGroup(root, "g", **extra) as p2:
+        await p1.put(b"a")
+        await p2.put(b"b")
+        async with QueueGroup(root, "g", "consumer", **extra) as c:
+            got = {await asyncio.wait_for(c.get(), 10) for _ in range(2)}
+            assert got == {b"a", b"b"}
+            assert_modes(root, file_mode, dir_mode)  # the member file is there now
+    async with AckQueueGroup(root, "a", max_attempts=1, **extra) as p:
+        await p.put(b"x")
+    async with AckQueueGroup(root, "a", "consumer", max_attempts=1, **extra) as c:
+        m = await asyncio.wait_for(c.get(), 10)
+        await m.requeue()  # its last attempt: a dead letter
+    from aiodiskqueue.sync import QueueGroup as SyncQueueGroup
+    with SyncQueueGroup(root, "s", **extra) as s:
+        s.put(b"y")
+    assert os.path.isdir(root / "g.group" / "000001")
+    assert any(n.endswith(".dead-letters") for n in os.listdir(root / "a.group" / "000000"))
+    assert_modes(root, file_mode, dir_mode)
+
+
 async def test_the_broker_s_data_is_owner_only(tmp_path: Path, umask_022: None) -> None:
     from aiodiskqueue.broker._broker import Broker
 

@@ -235,7 +235,7 @@ async def test_retention_keeps_unread_shards_and_waits_its_time(tmp_path: Path) 
 async def test_removal_waits_for_the_group_lock_producers_claim_under(tmp_path: Path) -> None:
     lay = group_layout(tmp_path, "ev")
     await _producers(tmp_path, 2, 1)
-    lock = GroupLock(lay.lock_path)
+    lock = GroupLock(lay.lock_path, 0o600)
     async with QueueGroup(tmp_path, "ev", "consumer", retention=0.0) as c:
         assert sorted(await _gets(c, 2)) == [b"0-0", b"1-0"]
         async with lock.held():  # as a producer claiming a shard holds it
@@ -408,7 +408,7 @@ async def test_a_claim_cancelled_while_waiting_for_the_group_lock_lets_it_go(
     lay = group_layout(tmp_path, "ev")
     async with QueueGroup(tmp_path, "ev"):
         pass
-    lock = GroupLock(lay.lock_path)
+    lock = GroupLock(lay.lock_path, 0o600)
     async with lock.held():
         waiting = asyncio.ensure_future(QueueGroup.open(tmp_path, "ev"))
         await asyncio.sleep(0.2)

@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass
 
 from ..errors import GroupFormatError
+from .access import make_dirs, open_file
 from .layout import Layout, fsync_dir
 
 GROUP_SUFFIX = ".group"
@@ -100,10 +101,14 @@ class GroupMeta:
 
 @dataclass(frozen=True, slots=True)
 class GroupLayout:
-    """Where the files of group ``name`` live inside ``directory``."""
+    """Where the files of group ``name`` live inside ``directory``, and the modes the
+    group creates them with (its ``file_mode`` and ``dir_mode`` options), as
+    :class:`~aiodiskqueue._format.layout.Layout` for a queue."""
 
     directory: str
     name: str
+    file_mode: int = 0o600
+    dir_mode: int = 0o700
 
     @property
     def path(self) -> str:
@@ -130,7 +135,7 @@ class GroupLayout:
 
     def shard_layout(self, num: int) -> Layout:
         """The plain queue of shard ``num``: queue ``NAME`` in its directory."""
-        return Layout(self.shard_path(num), self.name)
+        return Layout(self.shard_path(num), self.name, self.file_mode, self.dir_mode)
 
     def shards(self) -> dict[int, str]:
         """Existing shards, by number: their directories (an empty dict if the group
@@ -174,9 +179,11 @@ class GroupLayout:
                       if e.startswith(_REMOVING_PREFIX))
 
 
-def group_layout(directory: str | os.PathLike[str], name: str) -> GroupLayout:
-    """The layout of group ``name`` in ``directory``."""
-    return GroupLayout(os.fspath(directory), name)
+def group_layout(directory: str | os.PathLike[str], name: str, file_mode: int = 0o600,
+                 dir_mode: int = 0o700) -> GroupLayout:
+    """The layout of group ``name`` in ``directory`` (creating files with ``file_mode``
+    and directories with ``dir_mode``)."""
+    return GroupLayout(os.fspath(directory), name, file_mode, dir_mode)
 
 
 def group_dir(directory: str | os.PathLike[str], name: str) -> str:
@@ -226,12 +233,13 @@ def create_group_meta(lay: GroupLayout, meta: GroupMeta) -> GroupMeta:
     Raises GroupFormatError if the stored one is damaged or of another version,
     OSError if the files cannot be written.
     """
-    os.makedirs(lay.path, exist_ok=True)
+    make_dirs(lay.path, lay.dir_mode)
     stored = read_group_meta(lay.directory, lay.name)
     if stored is not None:
         return stored
     tmp = f"{lay.meta_path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    with open(tmp, "wb") as f:
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, lay.file_mode)
+    with os.fdopen(fd, "wb") as f:
         f.write(meta.encode())
         f.flush()
         os.fsync(f.fileno())

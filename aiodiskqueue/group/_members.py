@@ -14,6 +14,7 @@ import fcntl
 import os
 import secrets
 
+from .._format.access import open_file
 from .._format.group import GroupLayout
 from .._format.probe import held_exclusively
 
@@ -31,7 +32,7 @@ class Membership:
     def join(self) -> None:
         """Create and lock this consumer's member file (blocking)."""
         tmp = os.path.join(self.lay.path, f".member-{self.id}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_file(tmp, os.O_RDWR | os.O_CREAT, self.lay.file_mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.pwrite(fd, b"%d\n" % os.getpid(), 0)

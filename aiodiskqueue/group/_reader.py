@@ -101,7 +101,7 @@ class GroupReader(Generic[Q, T]):
         self._order: list[Owned[Q]] = []  # the shards takes come from, by number
         self._next = 0  # index in _order where the next take starts (round robin)
         self.members = Membership(lay)
-        self._lock = GroupLock(lay.lock_path)
+        self._lock = GroupLock(lay.lock_path, lay.file_mode)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Future[None] | None = None
         self._watch: FileWatch | None = None

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from .._core.options import Options
+from .._format.access import open_file
 from .._format.group import GroupLayout, GroupMeta, create_group_meta
 from .._format.layout import Layout, ack_log_files, queue_files
 from ..errors import (
@@ -75,10 +76,11 @@ class GroupLock:
     that a producer never claims a shard a consumer is removing and two producers
     never create the same one."""
 
-    __slots__ = ("path",)
+    __slots__ = ("mode", "path")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, mode: int) -> None:
         self.path = path
+        self.mode = mode
 
     @asynccontextmanager
     async def held(self) -> AsyncIterator[None]:
@@ -90,7 +92,7 @@ class GroupLock:
         none for the holder, which needs one to finish. Cancelled while waiting, it
         holds nothing.
         """
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_file(self.path, os.O_RDWR | os.O_CREAT, self.mode)
         try:
             delay = _LOCK_POLL_MIN
             while True:

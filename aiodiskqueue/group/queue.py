@@ -48,7 +48,8 @@ class _Group(Generic[Q, T]):
 
     def __init__(self, directory: str | os.PathLike[str], name: str, role: str,
                  retention: float | None, settle_timeout: float, core: Options) -> None:
-        self._lay: GroupLayout = group_layout(directory, check_name(name))
+        self._lay: GroupLayout = group_layout(directory, check_name(name), core.file_mode,
+                                              core.dir_mode)
         self._role = _check_group_role(role)
         self._retention = _check_retention(retention)
         self._settle_timeout = number("settle_timeout", settle_timeout, positive=False)
@@ -95,7 +96,7 @@ class _Group(Generic[Q, T]):
         be made.
         """
         lay = self._lay
-        async with GroupLock(lay.lock_path).held():
+        async with GroupLock(lay.lock_path, lay.file_mode).held():
             await asyncio.to_thread(finish_removals, lay)
             shards = lay.shards()
             # Every shard checked before any is opened: a damaged one changes nothing.
