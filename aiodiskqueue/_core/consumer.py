@@ -287,9 +287,8 @@ class ConsumerEngine(RoleEngine):
                 idle = watch.wait()
             if self.ready_bytes > self.low_water:
                 self.refill_at = self.low_water
-                if self.read_slot is None or self.read_slot.done():
-                    self.read_slot = self.loop.create_future()
-                await self._wait(self.read_slot)
+                self.read_slot = self._wake  # refill() wakes the ioLoop
+                await self._wait()
             else:
                 assert idle is not None
                 await self._wait(idle)
