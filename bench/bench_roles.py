@@ -6,8 +6,10 @@ Rows, 1 KiB messages, every row in the same run (``--n`` messages, 20,000 by def
 - ours, one process: a producer task and a consumer task on one ``role="both"`` queue;
 - ours, two processes: ``role="producer"`` in one process, ``role="consumer"`` in another,
   once with ``await put()`` / ``await get()`` per message and once with ``put_many(64)`` /
-  ``get_many(1024)`` (each also in one process), and once with an AckQueue pair whose
-  consumer finishes every message;
+  ``get_many(1024)`` (each also in one process), once with 16 producer tasks each
+  awaiting its ``put()`` (a web service's concurrent requests) and an ``async for``
+  consumer (also in one process), and once with an AckQueue pair whose consumer
+  finishes every message;
 - the peers (``bench/peers.py``, ``PROCESS_PEERS``) in the same producer process /
   consumer process setup, each with its library's defaults: a plain loop of puts, a
   consumer loop of gets (persist-queue's SQLiteAckQueue acks each one), polling every
@@ -75,6 +77,7 @@ if peers.START_METHOD == "forkserver":
 LATENCY_RATE = 1000.0
 TARGET_P50_MS = 1.0
 TARGET_P99_MS = 10.0
+TASKS = 16  # producer tasks of the "ours-tasks" rows, each awaiting its put()
 
 
 def _msg(seq: int) -> bytes:
@@ -91,7 +94,7 @@ class Setup:
     """One row: who runs, with which API, in one process or two."""
 
     label: str
-    system: str  # "ours", "ours-batch", "ours-ack" or a peer's KEY
+    system: str  # "ours", "ours-batch", "ours-tasks", "ours-ack" or a peer's KEY
     processes: int
     ref: str | None  # label of the row whose rate is divided by this row's
     target: float | None  # the issue's lower bound for that ratio
@@ -105,6 +108,7 @@ ACK_CRASH = ("kill: unfinished redelivered / power cut: up to the last fsync los
              "(every 2,500 puts or 2 s)")
 OURS_TWO = "ours, 2 processes: put() / get()"
 OURS_TWO_BATCH = "ours, 2 processes: put_many(64) / get_many(1024)"
+OURS_TWO_TASKS = f"ours, 2 processes: {TASKS} tasks awaiting put() / async for"
 OURS_TWO_ACK = "ours AckQueue, 2 processes: put() / get()+finish()"
 
 
@@ -124,6 +128,9 @@ def setups() -> list[Setup]:
         Setup("ours, 1 process: put_many(64) / get_many(1024)", "ours-batch", 1,
               OURS_TWO_BATCH, 0.8, OURS_CRASH),
         Setup(OURS_TWO_BATCH, "ours-batch", 2, None, None, OURS_CRASH),
+        Setup(f"ours, 1 process: {TASKS} tasks awaiting put() / async for", "ours-tasks", 1,
+              OURS_TWO_TASKS, 0.8, OURS_CRASH),
+        Setup(OURS_TWO_TASKS, "ours-tasks", 2, None, None, OURS_CRASH),
         Setup(OURS_TWO_ACK, "ours-ack", 2, None, None, ACK_CRASH, True),
     ]
     for cls in peers.PROCESS_PEERS:
@@ -169,9 +176,26 @@ class _Check:
         self.count += 1
 
 
+async def _produce_tasks(q: DiskQueue, n: int) -> None:
+    """``TASKS`` tasks, each awaiting its put(): the one that takes the next sequence number
+    puts it before any other can (put() accepts a message before its first suspension
+    when the queue has no maxsize), so the queue holds them in order."""
+    seqs = iter(range(n))
+
+    async def one() -> None:
+        for seq in seqs:
+            await q.put(_msg(seq))
+
+    await asyncio.gather(*(one() for _ in range(TASKS)))
+
+
 async def _produce_ours(q: DiskQueue | AckQueue, n: int, rate: float, batch: bool,
-                        first: list[int]) -> None:
+                        first: list[int], tasks: bool = False) -> None:
     first.append(time.monotonic_ns())
+    if tasks:
+        assert isinstance(q, DiskQueue)
+        await _produce_tasks(q, n)
+        return
     if batch:
         for i in range(0, n, 64):
             await q.put_many([_msg(s) for s in range(i, min(n, i + 64))])
@@ -188,9 +212,16 @@ async def _produce_ours(q: DiskQueue | AckQueue, n: int, rate: float, batch: boo
         await q.put(_msg(i))
 
 
-async def _consume_ours(q: DiskQueue, n: int, batch: bool, check: _Check) -> int:
+async def _consume_ours(q: DiskQueue, n: int, batch: bool, check: _Check,
+                        iterate: bool = False) -> int:
     clock = time.monotonic_ns
-    if batch:
+    if iterate:
+        if n > 0:
+            async for m in q:
+                check.feed(m, clock())
+                if check.count >= n:
+                    break
+    elif batch:
         while check.count < n:
             for m in await q.get_many(1024):
                 check.feed(m, clock())
@@ -212,6 +243,7 @@ async def _consume_ack(q: AckQueue, n: int, check: _Check) -> int:
 async def _ours(system: str, role: str, directory: str, n: int, rate: float,
                 go: Callable[[], Awaitable[None]], out: ChildResult) -> None:
     batch = system == "ours-batch"
+    tasks = system == "ours-tasks"
     check = _Check()
     first: list[int] = []
     if system == "ours-ack":
@@ -225,12 +257,12 @@ async def _ours(system: str, role: str, directory: str, n: int, rate: float,
         async with DiskQueue(directory, "q", role) as q:
             await go()
             if role == "producer":
-                await _produce_ours(q, n, rate, batch, first)
+                await _produce_ours(q, n, rate, batch, first, tasks)
             elif role == "consumer":
-                out.end_ns = await _consume_ours(q, n, batch, check)
+                out.end_ns = await _consume_ours(q, n, batch, check, tasks)
             else:
-                cons = asyncio.ensure_future(_consume_ours(q, n, batch, check))
-                await _produce_ours(q, n, rate, batch, first)
+                cons = asyncio.ensure_future(_consume_ours(q, n, batch, check, tasks))
+                await _produce_ours(q, n, rate, batch, first, tasks)
                 out.end_ns = await cons
     out.start_ns = first[0] if first else 0
     out.latencies = check.latencies

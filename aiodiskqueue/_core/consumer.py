@@ -11,6 +11,7 @@ from .._format.access import open_file, read_fd
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, load_meta, store_meta
 from .._format.roles import (
+    REC_SIZE,
     RoleRecord,
     Seqs,
     encode_seqs,
@@ -49,6 +50,10 @@ class ConsumerEngine(RoleEngine):
         self._stored_seq = 0
         self._oldest = 0
         self._pfd = -1
+        # The producer's record as last read, and what it decoded to: a step decodes it
+        # again only when it changed.
+        self._rec_raw = b""
+        self._rec: RoleRecord | None = None
         self._fd = -1
         self._fnum = -1
         self._sizes: dict[int, int] = {}
@@ -140,7 +145,15 @@ class ConsumerEngine(RoleEngine):
 
     def _refresh(self) -> bool:
         """Read the producer's record: True if it moved on."""
-        rec = read_record(self._pfd)
+        data = os.pread(self._pfd, REC_SIZE, 0)
+        if data and data == self._rec_raw:
+            rec = self._rec
+        else:
+            rec = RoleRecord.decode(data)
+            if rec is None:
+                rec = read_record(self._pfd)  # empty, or a write half done: read again
+            else:
+                self._rec_raw, self._rec = data, rec
         return rec is not None and self._take_view(rec)
 
     def _reader(self, num: int) -> int | None:
@@ -287,9 +300,8 @@ class ConsumerEngine(RoleEngine):
                 idle = watch.wait()
             if self.ready_bytes > self.low_water:
                 self.refill_at = self.low_water
-                if self.read_slot is None or self.read_slot.done():
-                    self.read_slot = self.loop.create_future()
-                await self._wait(self.read_slot)
+                self.read_slot = self._wake  # refill() wakes the ioLoop
+                await self._wait()
             else:
                 assert idle is not None
                 await self._wait(idle)

@@ -37,6 +37,7 @@ after writing (a process that held it open for writing ended)."""
 POLL_MIN = 0.001
 POLL_MAX = 0.1
 _WATCHED_CHECK = 1.0
+_EVENTS_READ = 65536
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -66,6 +67,9 @@ class FileWatch:
         self._waiter: asyncio.Future[None] | None = None
         self._missed = False  # a change came while no waiter waited: the next wait() ends
         self._delay = POLL_MIN
+        # With inotify: the once-a-second look, armed by a wait() while none is due,
+        # shared by the waits until it ends (a wait per change would arm a timer each).
+        self._check: asyncio.TimerHandle | None = None
         libc = _libc() if use_inotify else None
         if libc is not None:
             fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
@@ -86,8 +90,11 @@ class FileWatch:
         return self._fd >= 0
 
     def _readable(self) -> None:
+        # Events of a file watch have no name: 16 bytes each. A read that does not fill
+        # the buffer drained the queue; events that come after make the descriptor
+        # readable again (add_reader is level-triggered).
         try:
-            while os.read(self._fd, 4096):
+            while len(os.read(self._fd, _EVENTS_READ)) == _EVENTS_READ:
                 pass
         except BlockingIOError:
             pass
@@ -112,16 +119,28 @@ class FileWatch:
             w.set_result(None)
             return w
         if self._fd >= 0:
-            delay = _WATCHED_CHECK
-        else:
-            delay = self._delay
-            self._delay = min(POLL_MAX, delay * 2)
+            if self._check is None:
+                self._check = self.loop.call_later(_WATCHED_CHECK, self._look)
+            return w
+        delay = self._delay
+        self._delay = min(POLL_MAX, delay * 2)
         handle = self.loop.call_later(delay, _wake, w)
         w.add_done_callback(lambda _f: handle.cancel())
         return w
 
+    def _look(self) -> None:
+        """The periodic look with inotify: the waiter of the moment wakes, in case a
+        change was missed."""
+        self._check = None
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
     def close(self) -> None:
         """Stop watching; idempotent."""
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
         if self._fd >= 0:
             self.loop.remove_reader(self._fd)
             os.close(self._fd)

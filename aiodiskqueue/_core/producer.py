@@ -40,6 +40,10 @@ class ProducerEngine(RoleEngine):
         self._meta_seq = -1  # seq_w of the last meta stored
         self._roles_fd = -1
         self._read_seen = (0, 0)  # the consumer's last stored read position
+        # The roles file's bytes as last read and their decoded current entry: a batch
+        # decodes them again only when they changed.
+        self._seqs_raw = b""
+        self._seqs_cur: Seqs | None = None
 
     # Taking messages is the consumer's.
     def take(self) -> bytes:
@@ -111,7 +115,10 @@ class ProducerEngine(RoleEngine):
             self.store.sync(None)  # fdatasync, and the directory for a new segment
         if (payloads and err is None) or not live:
             self._publish((self.store.write_file, self.store.write_pos), self.seq_w, live)
-        _prev, cur = decode_seqs(os.pread(self._roles_fd, SEQS_SIZE, 0))
+        raw = os.pread(self._roles_fd, SEQS_SIZE, 0)
+        if raw != self._seqs_raw:
+            self._seqs_raw, self._seqs_cur = raw, decode_seqs(raw)[1]
+        cur = self._seqs_cur
         if cur is not None and cur.seq_r >= self.seq_r:
             self.seq_r, self._read_seen = cur.seq_r, cur.meta.read
         return err, self.seq_r

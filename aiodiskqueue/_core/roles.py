@@ -47,7 +47,7 @@ from ..errors import (
     QueuePermissionError,
     RoleError,
 )
-from .buffers import Lifecycle, QueueBuffers, fail, succeed, wake
+from .buffers import Lifecycle, QueueBuffers, fail, succeed
 from .iothread import IOThread
 from .notify import FileWatch
 from .options import Options
@@ -79,6 +79,14 @@ class RoleEngine(QueueBuffers):
         self.task: asyncio.Task[None] | None = None
         self._sync_due_at = 0.0
         self._watch: FileWatch | None = None
+        # The one future every request resolves: put_req, sync_req, purge_req and
+        # exit_req all name it (see _rearm). The periodic sync timer stays armed across
+        # rounds while its due time holds (_timer_at).
+        self._wake: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._waiting = False  # the ioLoop sleeps in _wait: a poke wakes it
+        self._poke_cb = self._poke  # one bound method, added and removed as a callback
 
     # ------------------------------------------------------------------ start / stop
 
@@ -102,8 +110,7 @@ class RoleEngine(QueueBuffers):
                 raise DiskQueueError(f"cannot open queue {self.layout.name!r} in "
                                      f"{self.layout.directory!r} as {self.role}: {exc}") from exc
             raise
-        for name in ("put_req", "sync_req", "purge_req", "exit_req"):
-            setattr(self, name, loop.create_future())
+        self._rearm()
         self.meta_io = IOThread(f"aiodiskqueue-{self.role}-meta-{self.layout.name}")
         self._sync_due_at = loop.time() + self.opts.sync_interval
         self.state = Lifecycle.OPEN
@@ -187,6 +194,9 @@ class RoleEngine(QueueBuffers):
                 self.error = exc
         if self._watch is not None:
             self._watch.close()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.storing is not None:  # broken: the store's waiters fail below
             await asyncio.wait([self.storing])
             self.sync_waiters += self._store_waiters
@@ -247,36 +257,69 @@ class RoleEngine(QueueBuffers):
     def stored(self, res: Any) -> None:
         """A meta store finished with ``res``: the role takes in what it stored."""
 
-    async def _wait(self, *extra: asyncio.Future[None]) -> None:
+    def _rearm(self) -> asyncio.Future[None]:
+        """A new wake future: every request (put, sync, purge, exit) resolves it."""
+        assert self.loop is not None
+        w: asyncio.Future[None] = self.loop.create_future()
+        self._wake = self.put_req = self.sync_req = self.purge_req = self.exit_req = w
+        return w
+
+    def _poke(self, _fut: object = None) -> None:
+        """Wake the ioLoop sleeping in _wait (a done callback of what it waits on beside
+        the requests). Not sleeping, it looks at their state in its next round anyway."""
+        if self._waiting:
+            w = self._wake
+            if w is not None and not w.done():
+                w.set_result(None)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._dirty():  # a timer left from an earlier round: nothing to store
+            self._poke()
+
+    async def _wait(self, *extra: asyncio.Future[Any]) -> None:
         """Sleep until a request, one of ``extra``, the meta store in flight or the
-        periodic sync timer."""
+        periodic sync timer (one future: the others wake it by done callbacks)."""
         loop = self.loop
         assert loop is not None
-        waits: list[asyncio.Future[Any]] = list(extra)
-        if self.storing is not None:
-            waits.append(self.storing)
-        woken = False
-        for name in ("put_req", "sync_req", "purge_req", "exit_req"):
-            fut = getattr(self, name)
-            if fut.done():
-                # Woken while the loop was busy (a hop): the request is served by the
-                # next round, not lost in a wait on a new future.
-                woken = True
-                fut = loop.create_future()
-                setattr(self, name, fut)
-            waits.append(fut)
-        if woken or self.state is Lifecycle.CLOSING:
+        w = self._wake
+        assert w is not None
+        if w.done():
+            # Woken while the loop was busy (a hop): the request is served by the next
+            # round, not lost in a wait on a new future.
+            self._rearm()
+            return
+        if self.state is Lifecycle.CLOSING:
+            return
+        storing = self.storing
+        for f in extra:
+            if f.done():
+                return
+        if storing is not None and storing.done():
             return
         if self._dirty():
-            timer = loop.create_future()
-            handle = loop.call_later(max(0.0, self._sync_due_at - loop.time()), wake, timer)
-            waits.append(timer)
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                handle.cancel()
-            return
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            due = self._sync_due_at
+            if self._timer is None or self._timer_at != due:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer_at = due
+                self._timer = loop.call_at(due, self._on_timer)
+        poke = self._poke_cb
+        for f in extra:
+            f.add_done_callback(poke)
+        if storing is not None:
+            storing.add_done_callback(poke)
+        self._waiting = True
+        try:
+            await w
+        finally:
+            self._waiting = False
+            for f in extra:
+                f.remove_done_callback(poke)
+            if storing is not None:
+                storing.remove_done_callback(poke)
+            if self._wake is w:
+                self._rearm()
 
     def _dirty(self) -> bool:
         raise NotImplementedError
