@@ -163,15 +163,15 @@ def test_the_sync_facades_pass_the_modes_on(tmp_path: Path, umask_022: None) -> 
     assert_modes(tmp_path / "a", 0o640, 0o750)
 
 
-@pytest.mark.parametrize("file_mode,dir_mode", [DEFAULT, (0o660, 0o770)])
+@pytest.mark.parametrize(("file_mode", "dir_mode"), [DEFAULT, (0o660, 0o770)])
 async def test_a_queue_group_s_files_follow_the_modes(tmp_path: Path, umask_022: None,
                                                       file_mode: int, dir_mode: int) -> None:
     """The group directory, its meta, lock and member files, every shard and an
     AckQueueGroup's ack logs and dead letters."""
     from aiodiskqueue import AckQueueGroup, QueueGroup
 
-    extra = {} if (file_mode, dir_mode) == DEFAULT else {"file_mode": file_mode,
-                                                          "dir_mode": dir_mode}
+    extra: dict[str, Any] = ({} if (file_mode, dir_mode) == DEFAULT
+                             else {"file_mode": file_mode, "dir_mode": dir_mode})
     root = tmp_path / "d"
     async with QueueGroup(root, "g", **extra) as p1, QueueGroup(root, "g", **extra) as p2:
         await p1.put(b"a")
