@@ -4,34 +4,16 @@ a queue's files is what the queue delivers when it opens them."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
+from test_tools_zeros import SYNCED, TAIL, make, rec
 
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._format.layout import Layout
-from aiodiskqueue._format.meta import Meta
 from aiodiskqueue.tools.follow import Follower, Watcher, iter_messages
 
-
-def rec(payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload)) + payload
-
-
-SYNCED = rec(b"alpha") + rec(b"beta")  # 17 bytes, covered by the meta
-TAIL = rec(b"gamma")  # 9 bytes past the meta's write position
 ZEROS = bytes(4 * 50 + 2)  # 50 "empty records" and 2 bytes of a torn one
-
-
-def make(directory: Path, tail: bytes, marked: bool, meta: bool = True) -> Layout:
-    lay = Layout(str(directory), "q")
-    Path(lay.segment_path(0)).write_bytes(SYNCED + TAIL + tail)
-    if meta:
-        Path(lay.meta_path).write_bytes(Meta(2, 0, 0, 0, len(SYNCED)).encode())
-    if marked:
-        Path(lay.empty_marker_path).touch()
-    return lay
 
 
 async def drained(lay: Layout) -> list[bytes]:
