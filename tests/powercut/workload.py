@@ -39,7 +39,7 @@ import os
 import random
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -49,6 +49,18 @@ QUEUE = "q"
 MAX_ATTEMPTS = 2  # the AckQueue workloads'
 PRODUCERS = 3
 EMPTY_PRODUCER = 2  # in the ``empty`` workload, this producer puts b"" only
+
+
+async def produce_forever(put: Callable[[bytes], Awaitable[object]], p: int, out: Report,
+                          rng: random.Random) -> None:
+    """Producer ``p``: put its numbered messages one by one, reporting each before
+    (``T``) and once acknowledged (``A``), until the kill."""
+    for n in range(1 << 30):
+        out("T", p, n)
+        await put(payload(p, n))
+        out("A", p, n)
+        if rng.random() < 0.2:
+            await asyncio.sleep(0.001)
 
 
 def payload(p: int, n: int) -> bytes:
@@ -166,12 +178,7 @@ async def ackqueue(kind: str, directory: str, out: Report, rng: random.Random) -
                 out("SE")
 
         async def produce(p: int) -> None:
-            for n in range(1 << 30):
-                out("T", p, n)
-                await q.put(payload(p, n))
-                out("A", p, n)
-                if rng.random() < 0.2:
-                    await asyncio.sleep(0.001)
+            await produce_forever(q.put, p, out, rng)
 
         async def consume() -> None:
             while True:
@@ -361,12 +368,7 @@ async def procs_role(role: str, directory: str, out: Report, rng: random.Random,
         out("READY")
 
         async def produce(p: int) -> None:
-            for n in range(1 << 30):
-                out("T", p, n)
-                await q.put(payload(p, n))
-                out("A", p, n)
-                if rng.random() < 0.2:
-                    await asyncio.sleep(0.001)
+            await produce_forever(q.put, p, out, rng)
 
         await asyncio.gather(*(produce(p) for p in range(PRODUCERS)))
 
@@ -427,12 +429,7 @@ def broker(kind: str, directory: str, out: Report, rng: random.Random) -> None:
         out("READY")
 
         async def produce(p: int) -> None:
-            for n in range(1 << 30):
-                out("T", p, n)
-                await pubs[p].pub(BROKER_TOPICS[p], payload(p, n))
-                out("A", p, n)
-                if rng.random() < 0.2:
-                    await asyncio.sleep(0.001)
+            await produce_forever(lambda body: pubs[p].pub(BROKER_TOPICS[p], body), p, out, rng)
 
         async def consume() -> None:
             while True:
