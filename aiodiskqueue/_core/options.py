@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from .._format.layout import DIR_MODE, FILE_MODE
+
 MiB = 1 << 20
 
 
@@ -114,11 +116,11 @@ class Options:
     strict: bool = False
     spin_us: int = 250
     inline_writes: bool = False
-    file_mode: int = 0o600
+    file_mode: int = FILE_MODE
     """Mode of every file the queue creates, set exactly (the umask does not apply);
     files that exist keep theirs. Not checked against the other role's: each process
     sets the mode of the files it creates (see docs/guide/processes.md)."""
-    dir_mode: int = 0o700
+    dir_mode: int = DIR_MODE
     """Mode of the directories the queue creates (its own, missing parents, dead letters)."""
 
     def __post_init__(self) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import GroupFormatError
 from .access import make_dirs, open_file
-from .layout import Layout, fsync_dir
+from .layout import DIR_MODE, FILE_MODE, Layout, fsync_dir
 
 GROUP_SUFFIX = ".group"
 """A group's directory is ``NAME`` plus this, beside the plain queues of ``DIRECTORY``."""
@@ -107,8 +107,8 @@ class GroupLayout:
 
     directory: str
     name: str
-    file_mode: int = 0o600
-    dir_mode: int = 0o700
+    file_mode: int = FILE_MODE
+    dir_mode: int = DIR_MODE
 
     @property
     def path(self) -> str:
@@ -179,8 +179,8 @@ class GroupLayout:
                       if e.startswith(_REMOVING_PREFIX))
 
 
-def group_layout(directory: str | os.PathLike[str], name: str, file_mode: int = 0o600,
-                 dir_mode: int = 0o700) -> GroupLayout:
+def group_layout(directory: str | os.PathLike[str], name: str, file_mode: int = FILE_MODE,
+                 dir_mode: int = DIR_MODE) -> GroupLayout:
     """The layout of group ``name`` in ``directory`` (creating files with ``file_mode``
     and directories with ``dir_mode``)."""
     return GroupLayout(os.fspath(directory), name, file_mode, dir_mode)

@@ -35,6 +35,13 @@ def file_size(path: str) -> int:
         return 0
 
 
+FILE_MODE = 0o600
+"""The default mode of the files a queue creates: owner-only, as go-diskqueue's and nsqd's
+(the ``file_mode`` option)."""
+DIR_MODE = 0o700
+"""The default mode of the directories a queue creates (the ``dir_mode`` option)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where the files of queue ``name`` live inside ``directory``, and the modes the
@@ -42,8 +49,8 @@ class Layout:
 
     directory: str
     name: str
-    file_mode: int = 0o600
-    dir_mode: int = 0o700
+    file_mode: int = FILE_MODE
+    dir_mode: int = DIR_MODE
 
     @property
     def meta_path(self) -> str:
@@ -152,8 +159,8 @@ sibling ``NAME.dead``, which is also a valid name of an unrelated queue).
 """
 
 
-def dead_letter_layout(directory: str, name: str, file_mode: int = 0o600,
-                       dir_mode: int = 0o700) -> Layout:
+def dead_letter_layout(directory: str, name: str, file_mode: int = FILE_MODE,
+                       dir_mode: int = DIR_MODE) -> Layout:
     """Where the dead-letter queue of AckQueue ``name`` lives: queue ``name`` in
     ``NAME.dead-letters/``."""
     return Layout(os.path.join(directory, name + DEAD_LETTER_DIR_SUFFIX), name, file_mode,

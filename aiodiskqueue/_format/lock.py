@@ -13,6 +13,7 @@ import os
 
 from ..errors import QueueLocked
 from .access import open_file
+from .layout import FILE_MODE
 from .probe import held_exclusively
 from .roles import holder_pid
 
@@ -22,7 +23,7 @@ class QueueLock:
 
     __slots__ = ("_fd", "mode", "path")
 
-    def __init__(self, path: str, mode: int = 0o600) -> None:
+    def __init__(self, path: str, mode: int = FILE_MODE) -> None:
         self.path = path
         self.mode = mode
         self._fd: int | None = None
@@ -68,7 +69,7 @@ class RoleLock:
 
     __slots__ = ("_fds", "lock_path", "mode", "role_path")
 
-    def __init__(self, lock_path: str, role_path: str, mode: int = 0o600) -> None:
+    def __init__(self, lock_path: str, role_path: str, mode: int = FILE_MODE) -> None:
         self.lock_path = lock_path
         self.role_path = role_path
         self.mode = mode

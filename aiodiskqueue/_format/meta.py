@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .access import open_file, read_fd
-from .layout import fsync_dir
+from .layout import FILE_MODE, fsync_dir
 from .space import exchange_paths
 
 #: A native store of the common case: (directory, spare, name, data) -> 0 or an errno.
@@ -183,7 +183,7 @@ def swap_names(path: str) -> tuple[bytes, bytes, bytes]:
 
 
 def store_meta(path: str, meta: Meta, swap: Swap | None = None, *,
-               mode: int = 0o600) -> None:
+               mode: int = FILE_MODE) -> None:
     """Replace the meta file atomically and durably.
 
     The new content goes into the spare file when there is one (blocks already
@@ -238,7 +238,7 @@ def store_meta(path: str, meta: Meta, swap: Swap | None = None, *,
         pass  # the meta is stored; the next store uses a temp file, or makes the spare
 
 
-def make_spare(path: str, *, mode: int = 0o600) -> bool:
+def make_spare(path: str, *, mode: int = FILE_MODE) -> bool:
     """Allocate the spare file for the next meta store of ``path``; False if there is no room.
 
     Raises OSError on errors other than a full disk or quota.

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .access import open_file, read_fd
+from .layout import FILE_MODE
 from .meta import Meta, load_meta, store_meta
 from .probe import held_exclusively
 
@@ -183,7 +184,7 @@ def read_seqs(fd: int) -> tuple[Seqs | None, Seqs | None]:
 
 
 def store_role_meta(meta_path: str, fd: int, read: tuple[int, int] | None, seq_r: int,
-                    write: tuple[int, int] | None, seq_w: int, *, mode: int = 0o600) -> Seqs:
+                    write: tuple[int, int] | None, seq_w: int, *, mode: int = FILE_MODE) -> Seqs:
     """Store the meta at ``meta_path`` with the meta writers' lock held (``fd``: the roles
     file, see :func:`meta_lock`). A half given as None is taken from the meta stored last
     (the other role's); so is a write half older than the stored one. The roles file is
@@ -262,7 +263,7 @@ def published_record(path: str) -> RoleRecord | None:
 
 
 @contextmanager
-def meta_lock(path: str, mode: int = 0o600) -> Iterator[int]:
+def meta_lock(path: str, mode: int = FILE_MODE) -> Iterator[int]:
     """Hold the meta writers' lock (``NAME.diskqueue.roles``, created with ``mode``);
     yields its descriptor, whose bytes are the roles file (see :func:`decode_seqs`)."""
     fd = open_file(path, os.O_RDWR | os.O_CREAT, mode)

@@ -15,6 +15,8 @@ import os
 
 from .._format.access import make_dirs
 from .._format.layout import (
+    DIR_MODE,
+    FILE_MODE,
     Layout,
     ack_log_files,
     dead_letter_layout,
@@ -54,8 +56,8 @@ def remove_ack_queue_files(directory: str, name: str) -> None:
     fsync_dir(directory)
 
 
-def migrate_dead_letters(directory: str, name: str, file_mode: int = 0o600,
-                         dir_mode: int = 0o700) -> bool:
+def migrate_dead_letters(directory: str, name: str, file_mode: int = FILE_MODE,
+                         dir_mode: int = DIR_MODE) -> bool:
     """Move the dead letters of AckQueue ``name`` from ``NAME.dead`` to ``NAME.dead-letters/``.
 
     Called on open with the data queue locked, before the ack log is

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from .._format import nsq
 from .._format.access import open_file, read_fd
-from .._format.layout import ack_log_files, ack_log_path
+from .._format.layout import FILE_MODE, ack_log_files, ack_log_path
 from .._format.space import reserve_past_end
 from .codec import (
     ENTRY,
@@ -125,7 +125,7 @@ class AckLog:
     """Owner of the ack log's segment files (one thread at a time)."""
 
     def __init__(self, directory: str, name: str, segment_bytes: int,
-                 reserve_bytes: int = 0, mode: int = 0o600) -> None:
+                 reserve_bytes: int = 0, mode: int = FILE_MODE) -> None:
         self.directory = directory
         self.mode = mode  # of the segments it creates
         self.name = name

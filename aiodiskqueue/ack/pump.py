@@ -113,8 +113,8 @@ class PumpConfig:
     sync_every: int
     sync_interval: float
     nsq: bool
-    file_mode: int = 0o600
-    dir_mode: int = 0o700
+    file_mode: int
+    dir_mode: int
 
 
 @final

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .._core.options import DEFAULTS, MiB, Options, check_mode, check_name
 from .._format.group import group_layout, parse_shard
-from .._format.layout import Layout
+from .._format.layout import DIR_MODE, FILE_MODE, Layout
 from ..errors import DiskQueueError
 
 FORMATS = ("raw", "nsq")
@@ -241,8 +241,8 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         remove_drained_after=(None if drained_raw is None
                               else _float(opts, "removeDrainedAfter", 0.0)),
-        file_mode=_mode(opts, "fileMode", 0o600),
-        dir_mode=_mode(opts, "dirMode", 0o700),
+        file_mode=_mode(opts, "fileMode", FILE_MODE),
+        dir_mode=_mode(opts, "dirMode", DIR_MODE),
     )
     return result
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .._format.access import make_dirs, open_file
 from .._format.codec import HEADER
-from .._format.layout import Layout, fsync_dir
+from .._format.layout import DIR_MODE, FILE_MODE, Layout, fsync_dir
 from .._format.meta import Meta, store_meta
 from ._consume import LOCK_WAIT, lock_queue
 from ._files import view_queue
@@ -49,8 +49,8 @@ class StagedWriter:
     """
 
     def __init__(self, directory: str, max_bytes_per_file: int,
-                 owner: str | None = None, file_mode: int = 0o600,
-                 dir_mode: int = 0o700) -> None:
+                 owner: str | None = None, file_mode: int = FILE_MODE,
+                 dir_mode: int = DIR_MODE) -> None:
         self.directory = directory
         self.owner = owner
         self.file_mode = file_mode
@@ -211,8 +211,8 @@ def owner_line() -> str:
     return f"{socket.gethostname()} {pid} {process_start_time(pid)}\n"
 
 
-def create_job_dir(where: str, owner: str, file_mode: int = 0o600,
-                   dir_mode: int = 0o700) -> None:
+def create_job_dir(where: str, owner: str, file_mode: int = FILE_MODE,
+                   dir_mode: int = DIR_MODE) -> None:
     """Create a write job's staging directory with ``owner`` (:func:`owner_line`) in it;
     the directories it makes get ``dir_mode``, the owner file ``file_mode``.
 

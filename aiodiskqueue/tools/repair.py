@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._format.access import open_file, read_fd
-from .._format.layout import Layout, free_bad_name, fsync_dir
+from .._format.layout import FILE_MODE, Layout, free_bad_name, fsync_dir
 from .._format.lock import QueueLock
 from .._format.meta import Meta, store_meta
 from .._format.scan import TORN, ZEROS
@@ -121,7 +121,7 @@ def _copy(src: str, dst: str) -> None:
             shutil.copyfileobj(fin, out, 1 << 20)
 
 
-def execute(plan: Plan, file_mode: int = 0o600) -> list[str]:
+def execute(plan: Plan, file_mode: int = FILE_MODE) -> list[str]:
     """Carry out ``plan`` (the caller holds the queue's lock); return what was done.
 
     A quarantined copy gets the mode of the segment it copies (whoever could read
