@@ -247,19 +247,14 @@ class GroupReader(Generic[Q, T]):
 
     async def _release(self, o: Owned[Q]) -> None:
         """Hand shard ``o`` over: no more takes from it (done), its in-flight messages
-        settle (at most ``settle_timeout``), then it is committed and closed, which
-        stores its read position before the role is free."""
+        settle (at most ``settle_timeout``), then it is closed, which commits (a finish
+        still waiting for its commit returns once it is made) and stores its read
+        position before the role is free."""
         loop = self._loop
         assert loop is not None
         deadline = loop.time() + self.settle_timeout
         while (self.hooks.in_flight(o.q) and loop.time() < deadline and not self.closing):
             await asyncio.sleep(_SETTLE_POLL)
-        # The finish that settled the last delivery may still wait for its commit: one
-        # commit now ends that wait, where a close under it would fail it as closed.
-        try:
-            await o.q.sync()
-        except DiskQueueError as exc:
-            log.warning("%s: commit before the hand-over failed: %s", o.path, exc)
         await self._drop(o)
         with contextlib.suppress(OSError):
             self.members.poke()
