@@ -12,7 +12,6 @@ from typing import Any, cast, final
 from ._core.buffers import QUEUE_OPEN, Lifecycle
 from ._core.consumer import ConsumerEngine
 from ._core.engine import Engine
-from ._core.inline import write_one
 from ._core.marker import EmptyMarker
 from ._core.options import (
     DEFAULTS,
@@ -233,7 +232,7 @@ class DiskQueue:
         if e.state is not QUEUE_OPEN:
             raise e.closed_error()
         fut = e.loop.create_future()  # type: ignore[union-attr]
-        if e._direct_left and write_one(e, data, n + HEADER_SIZE, fut):
+        if e._direct_left and e.write_one(data, n + HEADER_SIZE, fut):
             if fut.done():  # written and applied (or failed): no need to suspend
                 fut.result()
                 return

@@ -38,6 +38,8 @@
 /* The writer thread's name (at most 15 characters), exported as THREAD_NAME. */
 #define WRITER_THREAD_NAME "adq-writer"
 #define SPIN_MIN_NS 10000LL
+/* The most bytes a record job publishes after its records (a role record). */
+#define PUB_MAX 128
 
 typedef struct {
     int fd;
@@ -55,6 +57,9 @@ typedef struct {
     long long written;
     int write_errno;
     int sync_errno;
+    int pub_fd;          /* a record job: then pwrite `pub` at offset 0 of this fd; -1: no */
+    int pub_len;
+    char pub[PUB_MAX];
 } job_t;
 
 typedef struct {
@@ -285,6 +290,19 @@ run_job(job_t *j)
             }
         }
     }
+    /* Publish: only records written (and fdatasynced, if asked) whole. A failure shows
+     * as a write errno with every record written (`written` == `total`). */
+    if (j->pub_fd >= 0 && !j->write_errno && !j->sync_errno) {
+        for (;;) {
+            ssize_t r = pwrite(j->pub_fd, j->pub, (size_t)j->pub_len, 0);
+            if (r == (ssize_t)j->pub_len)
+                break;
+            if (r < 0 && errno == EINTR)
+                continue;
+            j->write_errno = r < 0 ? errno : EIO;
+            break;
+        }
+    }
 }
 
 static void
@@ -449,6 +467,7 @@ frame_job(job_t *j, PyObject *seq)
     j->keep = items;
     j->read = 0;
     j->swap = NULL;
+    j->pub_fd = -1;
     j->hdr = hdr;
     j->iov = iov;
     j->iovcnt = (int)(2 * n);
@@ -456,16 +475,37 @@ frame_job(job_t *j, PyObject *seq)
     return 0;
 }
 
-/* Queue `seq` as records at `offset` of `fd` for the writer thread: the bytes to write,
- * or -1 with an exception set (nothing queued then). */
-static long long
-submit_job(Writer *w, int fd, PyObject *seq, long long offset, int sync)
+/* Check a record job's publish arguments: 0, or -1 with an exception set. */
+static int
+check_pub(int pub_fd, Py_ssize_t pub_len)
 {
+    if (pub_fd >= 0 && (pub_len <= 0 || pub_len > PUB_MAX)) {
+        PyErr_Format(PyExc_ValueError, "a published record needs 1 to %d bytes, got %zd",
+                     PUB_MAX, pub_len);
+        return -1;
+    }
+    return 0;
+}
+
+/* Queue `seq` as records at `offset` of `fd` for the writer thread, then (`pub_fd` >= 0)
+ * `pub` at offset 0 of `pub_fd`: the bytes to write, or -1 with an exception set
+ * (nothing queued then). */
+static long long
+submit_job(Writer *w, int fd, PyObject *seq, long long offset, int sync, int pub_fd,
+           const char *pub, Py_ssize_t pub_len)
+{
+    if (check_pub(pub_fd, pub_len) < 0)
+        return -1;
     job_t *j = next_slot(w);
     if (j == NULL)
         return -1;
     if (frame_job(j, seq) < 0)
         return -1;
+    if (pub_fd >= 0) {
+        memcpy(j->pub, pub, (size_t)pub_len);
+        j->pub_len = (int)pub_len;
+        j->pub_fd = pub_fd;
+    }
     j->fd = fd;
     j->offset = offset;
     j->sync = sync;
@@ -477,12 +517,15 @@ submit_job(Writer *w, int fd, PyObject *seq, long long offset, int sync)
 static PyObject *
 Writer_submit_records(Writer *w, PyObject *args)
 {
-    int fd, sync;
+    int fd, sync, pub_fd = -1;
     PyObject *seq;
     long long offset;
-    if (!PyArg_ParseTuple(args, "iOLp", &fd, &seq, &offset, &sync))
+    const char *pub = NULL;
+    Py_ssize_t pub_len = 0;
+    if (!PyArg_ParseTuple(args, "iOLp|iy#", &fd, &seq, &offset, &sync, &pub_fd, &pub,
+                          &pub_len))
         return NULL;
-    long long total = submit_job(w, fd, seq, offset, sync);
+    long long total = submit_job(w, fd, seq, offset, sync, pub_fd, pub, pub_len);
     if (total < 0)
         return NULL;
     return PyLong_FromLongLong(total);
@@ -677,16 +720,19 @@ take_signal(Writer *w)
 static PyObject *
 Writer_write_polled(Writer *w, PyObject *args)
 {
-    int fd;
+    int fd, pub_fd = -1;
     PyObject *seq;
     long long offset, timeout_ns;
-    if (!PyArg_ParseTuple(args, "iOLL", &fd, &seq, &offset, &timeout_ns))
+    const char *pub = NULL;
+    Py_ssize_t pub_len = 0;
+    if (!PyArg_ParseTuple(args, "iOLL|iy#", &fd, &seq, &offset, &timeout_ns, &pub_fd, &pub,
+                          &pub_len))
         return NULL;
     if (w->started && atomic_load(&w->submitted) != w->reaped) {
         PyErr_SetString(PyExc_RuntimeError, "writer has jobs queued");
         return NULL;
     }
-    if (submit_job(w, fd, seq, offset, 0) < 0)
+    if (submit_job(w, fd, seq, offset, 0, pub_fd, pub, pub_len) < 0)
         return NULL;
     if (timeout_ns <= 0 || !wait_done(w, w->reaped + 1, timeout_ns))
         Py_RETURN_NONE;
@@ -787,8 +833,9 @@ Writer_dealloc(Writer *w)
 
 static PyMethodDef Writer_methods[] = {
     {"submit_records", (PyCFunction)Writer_submit_records, METH_VARARGS,
-     "submit_records(fd, payloads, offset, sync) -> bytes to write: queue the records\n"
-     "(4-byte big-endian length + payload each) as pwritev calls, no copy."},
+     "submit_records(fd, payloads, offset, sync[, pub_fd, pub]) -> bytes to write: queue\n"
+     "the records (4-byte big-endian length + payload each) as pwritev calls, no copy;\n"
+     "then, if they were written (and fdatasynced) whole, pwrite pub at offset 0 of pub_fd."},
     {"submit_read", (PyCFunction)Writer_submit_read, METH_VARARGS,
      "submit_read(fd, buf, offset, nbytes) -> None: queue a pread of nbytes at offset into\n"
      "the writable buffer buf, filled once the job is reaped (reap() gives the bytes read)."},
@@ -801,7 +848,8 @@ static PyMethodDef Writer_methods[] = {
     {"reap", (PyCFunction)Writer_reap, METH_NOARGS,
      "reap() -> list of (written, write_errno, sync_errno) for the jobs done, in order."},
     {"write_polled", (PyCFunction)Writer_write_polled, METH_VARARGS,
-     "write_polled(fd, payloads, offset, timeout_ns) -> (written, write_errno, 0) or None:\n"
+     "write_polled(fd, payloads, offset, timeout_ns[, pub_fd, pub]) -> (written,\n"
+     "write_errno, 0) or None:\n"
      "submit_records() and poll() in one call, while no job is queued; None if the job\n"
      "is still in flight after timeout_ns (reap() gives it later)."},
     {"poll", (PyCFunction)Writer_poll, METH_O,

@@ -26,8 +26,11 @@ class Writer:
         """Start the thread; after a write of at most ``small_max`` bytes it spins up to
         ``spin_us`` for the next job, after any other job it sleeps at once."""
     def submit_records(self, fd: int, payloads: Sequence[bytes], offset: int, sync: bool,
-                       /) -> int:
-        """Queue ``payloads`` as records (pwritev, no copy); returns the bytes to write."""
+                       pub_fd: int = -1, pub: bytes = b"", /) -> int:
+        """Queue ``payloads`` as records (pwritev, no copy); returns the bytes to write.
+        With ``pub_fd``, then ``pub`` (at most 128 bytes) is written at offset 0 of it if
+        every record was written (and fdatasynced, if asked); a failure of that write
+        shows as a write errno with every byte written."""
     def submit_read(self, fd: int, buf: bytearray | mmap.mmap, offset: int, nbytes: int, /
                     ) -> None:
         """Queue a pread of ``nbytes`` at ``offset`` into ``buf``, filled once the job is
@@ -40,10 +43,11 @@ class Writer:
         """Write ``payloads`` as records now, on the calling thread (GIL released), while
         no job is queued; returns (written, write errno, 0)."""
     def write_polled(self, fd: int, payloads: Sequence[bytes], offset: int, timeout_ns: int,
-                     /) -> tuple[int, int, int] | None:
+                     pub_fd: int = -1, pub: bytes = b"", /) -> tuple[int, int, int] | None:
         """``submit_records`` and ``poll`` in one call, while no job is queued: the job's
         (written, write errno, 0) if done within ``timeout_ns`` (reaped here), else None
-        (still in flight; ``reap()`` gives it). A timeout of 0 or less does not wait."""
+        (still in flight; ``reap()`` gives it). A timeout of 0 or less does not wait.
+        ``pub_fd`` and ``pub`` as for ``submit_records``."""
     def reap(self) -> list[tuple[int, int, int]]:
         """(written, write errno, fdatasync errno) of every finished job, in order."""
     def poll(self, timeout_ns: int, /) -> int:

@@ -188,6 +188,12 @@ class QueueBuffers:
         if the engine took care of the batch: the ioLoop need not wake."""
         return False
 
+    def write_one(self, data: bytes, size: int, waiter: asyncio.Future[None]) -> bool:
+        """Write one awaited put (``size`` bytes as a record) from ``put()`` itself, if
+        the engine lets a lone producer do that now (``_direct_left``); False if not (the
+        put takes the usual way). ``waiter`` is done when the write is."""
+        return False
+
     def refill(self) -> None:
         """The ready messages fell to the low-water mark while more wait on disk."""
         self.refill_at = -1

@@ -73,23 +73,27 @@ class WriteLane:
         self._spare: Hop[LaneResult] | None = None  # see write_polled
         loop.add_reader(self._fd, self._on_ready)
 
-    def submit(self, fd: int, payloads: list[bytes], offset: int, sync: bool) -> Hop[LaneResult]:
+    def submit(self, fd: int, payloads: list[bytes], offset: int, sync: bool,
+               pub_fd: int = -1, pub: bytes = b"") -> Hop[LaneResult]:
         """Write ``payloads`` as records at ``offset`` of ``fd`` (then fdatasync if
         ``sync``), after the batches submitted before; the future cannot be cancelled.
 
         The records are framed in C and written with ``pwritev`` straight from the
-        payload objects: no copy on the loop.
+        payload objects: no copy on the loop. With ``pub_fd``, ``pub`` (a role record)
+        is then written at offset 0 of it, if every record was written (and synced); a
+        failure of that write is a write errno with every byte written.
         """
         fut: Hop[LaneResult] = Hop(loop=self._loop)  # first: no job without its future
-        self._w.submit_records(fd, payloads, offset, sync)
+        self._w.submit_records(fd, payloads, offset, sync, pub_fd, pub)
         self._futs.append(fut)
         return fut
 
-    def write_polled(self, fd: int, payloads: list[bytes], offset: int
-                     ) -> LaneResult | Hop[LaneResult]:
+    def write_polled(self, fd: int, payloads: list[bytes], offset: int,
+                     pub_fd: int = -1, pub: bytes = b"") -> LaneResult | Hop[LaneResult]:
         """Write ``payloads`` as records at ``offset`` of ``fd`` on the writer thread and
         wait for it as :meth:`poll` does: its result if the writer finished it meanwhile,
-        else the future of the job in flight.
+        else the future of the job in flight. ``pub_fd`` and ``pub`` as for
+        :meth:`submit`.
 
         With nothing else queued (a batch written from the loop), the submit, the wait and
         the reap are one C call, and a job done in time needs no future: the one made
@@ -99,13 +103,13 @@ class WriteLane:
         if fut is None:
             fut = self._spare = Hop(loop=self._loop)
         if self._futs:  # queued behind other jobs: not polled for
-            self._w.submit_records(fd, payloads, offset, False)
+            self._w.submit_records(fd, payloads, offset, False, pub_fd, pub)
         else:
             wait = self._poll_ns
             if self._poll_rest:
                 self._poll_rest -= 1
                 wait = 0
-            done = self._w.write_polled(fd, payloads, offset, wait)
+            done = self._w.write_polled(fd, payloads, offset, wait, pub_fd, pub)
             if done is not None:
                 self._poll_misses = 0
                 return done

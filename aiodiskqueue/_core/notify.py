@@ -128,6 +128,17 @@ class FileWatch:
         w.add_done_callback(lambda _f: handle.cancel())
         return w
 
+    def notified(self) -> asyncio.Future[None]:
+        """A future resolved at the next change inotify reports (at once if one came since
+        the last waiter ended), without the periodic look or polling: never where
+        changes are not notified. For a waiter that learns of changes otherwise too."""
+        w = self.loop.create_future()
+        self._waiter = w
+        if self._missed:
+            self._missed = False
+            w.set_result(None)
+        return w
+
     def _look(self) -> None:
         """The periodic look with inotify: the waiter of the moment wakes, in case a
         change was missed."""

@@ -140,11 +140,14 @@ class RoleEngine(QueueBuffers):
             if mine != theirs:
                 raise OptionConflict(name, mine, theirs, self.peer, rec.pid)
 
-    def _publish(self, at: tuple[int, int], seq: int, live: bool = True) -> None:
+    def _record(self, at: tuple[int, int], seq: int, live: bool = True) -> bytes:
+        """This role's record with position ``at`` numbered ``seq``, as its file holds it."""
         o = self.opts
-        rec = RoleRecord(os.getpid(), self.session, *at, seq, o.max_bytes_per_file,
-                         o.min_msg_size, o.max_msg_size, live)
-        os.pwrite(self._rfd, rec.encode(), 0)
+        return RoleRecord(os.getpid(), self.session, *at, seq, o.max_bytes_per_file,
+                          o.min_msg_size, o.max_msg_size, live).encode()
+
+    def _publish(self, at: tuple[int, int], seq: int, live: bool = True) -> None:
+        os.pwrite(self._rfd, self._record(at, seq, live), 0)
 
     def watch(self) -> FileWatch:
         """The watch on the file the other role changes (made on first use)."""
