@@ -121,8 +121,9 @@ KNOWN_CYCLES: list[list[str]] = []
 FRIENDS = {
     # DiskQueue.put reads Engine._direct_left on every put, so the count lives on the
     # engine rather than one attribute further; InlineWrites, which runs those puts,
-    # sets it.
+    # sets it, and PublishedWrites does the same for a producer role's engine.
     ("_core.inline", "_direct_left"),
+    ("_core.published", "_direct_left"),
 }
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 
 from .._format.access import read_fd
@@ -23,10 +22,8 @@ from .._format.roles import (
 from ..errors import DiskQueueError, RoleError
 from . import lane as _lane
 from .buffers import Lifecycle, fail, succeed, wake
-from .flight import LaneResult
-from .inline import DIRECT_RUN
-from .iothread import Hop
 from .options import Options
+from .published import PublishedWrites
 from .roles import RoleEngine
 from .store import SegmentStore
 
@@ -50,28 +47,31 @@ class ProducerEngine(RoleEngine):
         # decodes them again only when they changed.
         self._seqs_raw = b""
         self._seqs_cur: Seqs | None = None
-        # Appends inside the write segment that need no fsync go to a native writer
-        # thread, which publishes the role record after them (see _write_lane); the
-        # rest, and everything else, to the I/O thread. One at a time: never both.
-        self.lane: _lane.WriteLane | None = None
-        self._lane_fut: Hop[LaneResult] | None = None  # the lane job in flight, if any
-        self._lane_batch: tuple[list[bytes], list[asyncio.Future[None]], int, int] = (
-            [], [], 0, 0)  # its payloads, waiters, bytes and the number after it
-        self._flush_soon = False
+        # Appends inside the write segment that need no fsync, where the native writer
+        # is built (see .published); the rest, and everything else, go to the I/O thread.
+        self.writes: PublishedWrites | None = None
         # The watch on the roles file of the moment (the consumer's stores change it) and
         # whether it polls (while put() calls wait for room) or only hears inotify.
         self._watched: asyncio.Future[None] | None = None
         self._watched_polls = False
-        # A lane write failed: the next I/O-thread job first cuts the segment back to
-        # the write position (what the lane wrote past it was never published).
-        self._lane_failed = False
 
     async def start(self) -> None:
         await super().start()
         if _lane.available():
             assert self.loop is not None
-            self.lane = _lane.WriteLane(self.loop, self.opts.spin_us)
+            self.writes = PublishedWrites(self, _lane.WriteLane(self.loop, self.opts.spin_us))
             self.native_lane = True
+
+    def kick(self) -> bool:
+        """A put landed in the empty pending batch: see :meth:`.PublishedWrites.kick`."""
+        w = self.writes
+        return w is not None and w.kick()
+
+    def write_one(self, data: bytes, size: int, waiter: asyncio.Future[None]) -> bool:
+        """A lone producer's put written from ``put()``: see
+        :meth:`.PublishedWrites.write_one`."""
+        w = self.writes
+        return w is not None and w.write_one(data, size, waiter)
 
     # Taking messages is the consumer's.
     def take(self) -> bytes:
@@ -132,8 +132,7 @@ class ProducerEngine(RoleEngine):
         """Write ``payloads``, fsync if asked, publish the write position; the consumer's
         last stored read number after it. Runs on the I/O thread."""
         err: OSError | None = None
-        if self._lane_failed:
-            self._lane_failed = False
+        if self.writes is not None and self.writes.take_failed():
             try:
                 self.store.reopen_writer()
             except OSError as exc:  # the next write opens it again (cutting it back)
@@ -166,8 +165,8 @@ class ProducerEngine(RoleEngine):
         io = self.io
         assert io is not None
         while True:
-            if self._lane_fut is not None:
-                await self._lane_settled()
+            if self.writes is not None and self.writes.busy:
+                await self.writes.settled()
             if self.storing is not None and self.storing.done():
                 self.store_done()
             if self.pending:
@@ -181,7 +180,7 @@ class ProducerEngine(RoleEngine):
             if self._round_due():
                 waiters = self._round_started(True)
                 _err, seq_r = await io.run(self._job, None, True)
-                self._seen_read(seq_r)
+                self.seen_read(seq_r)
                 self.store_beside(self._store_meta, self.write_at, self.seq_w, waiters=waiters)
                 continue
             # The consumer's next meta store (its read position, so the depth): heard by
@@ -195,7 +194,7 @@ class ProducerEngine(RoleEngine):
             if self.putters or watched.done():
                 self._watched = None
                 _err, seq_r = await io.run(self._job, None, False)
-                self._seen_read(seq_r)
+                self.seen_read(seq_r)
 
     async def _write_batch(self, live: bool = True) -> None:
         io = self.io
@@ -209,9 +208,10 @@ class ProducerEngine(RoleEngine):
         meta = self.storing is None and (bool(self.sync_waiters)
                                          or self.loop.time() >= self._sync_due_at)
         fsync = meta or self.sync_every == 1 or self.since_sync >= self.sync_every
-        if not fsync and self._lane_fits(total):
-            if self._lane_send(payloads, waiters, total):
-                await self._lane_settled()
+        w = self.writes
+        if not fsync and w is not None and w.fits(total):
+            if w.send(payloads, waiters, total):
+                await w.settled()
             return
         syncs = self._round_started(meta) if fsync else []
         try:
@@ -233,154 +233,18 @@ class ProducerEngine(RoleEngine):
                 self.store_beside(self._store_meta, self.write_at, self.seq_w, waiters=syncs)
             else:
                 succeed(syncs)
-        self._seen_read(seq_r)
-
-    # ------------------------------------------------------------------ the write lane
-
-    def _lane_fits(self, total: int) -> bool:
-        """May a batch of ``total`` bytes (as records) go to the write lane: it is there,
-        idle, the segment is open and the batch stays inside it."""
-        st = self.store
-        return (self.lane is not None and self._lane_fut is None and not self._lane_failed
-                and st.writer_fd is not None and st.write_pos + total <= st.max_bytes)
-
-    def _lane_send(self, payloads: list[bytes], waiters: list[asyncio.Future[None]],
-                   total: int) -> bool:
-        """Append ``payloads`` (``total`` bytes as records) and publish the role record
-        after them on the writer thread, polled for from the loop: applied now if the
-        writer is done within the poll, else True (the job in flight: _lane_settled).
-
-        No hop through the I/O thread for the common batch, and the loop never writes.
-        """
-        lane, fd = self.lane, self.store.writer_fd
-        assert lane is not None and fd is not None
-        st = self.store
-        n = len(payloads)
-        pos = st.write_pos
-        seq = self.seq_w + n
-        pub = self._record((st.write_file, pos + total), seq)
-        try:
-            res = lane.write_polled(fd, payloads, pos, self._rfd, pub)
-        except (RuntimeError, ValueError, TypeError, MemoryError) as exc:
-            cause = OSError(errno.EIO, f"the write lane refused a batch: {exc}")
-            self._lane_applied(payloads, waiters, total, seq, (0, 0, 0), cause)
-            return False
-        if isinstance(res, Hop):
-            self._lane_fut = res
-            self._lane_batch = (payloads, waiters, total, seq)
-            return True
-        self._lane_applied(payloads, waiters, total, seq, res)
-        return False
-
-    async def _lane_settled(self) -> None:
-        """Wait for the lane job in flight, if any, and apply it. A Hop is not cancelled
-        with its waiter: a cancelled ioLoop leaves it to _finish."""
-        fut = self._lane_fut
-        if fut is None:
-            return
-        if not fut.done():
-            await asyncio.wait([fut])
-        if self._lane_fut is not fut:
-            return  # applied meanwhile
-        self._lane_fut = None
-        payloads, waiters, total, seq = self._lane_batch
-        self._lane_batch = ([], [], 0, 0)
-        self._lane_applied(payloads, waiters, total, seq, fut.result())
-
-    def _lane_applied(self, payloads: list[bytes], waiters: list[asyncio.Future[None]],
-                      total: int, seq: int, res: LaneResult,
-                      refused: OSError | None = None) -> None:
-        """A lane batch is done with ``res`` (written, errno, 0): count it, resolve its
-        waiters, or fail them; a failure makes the next I/O-thread job cut the segment
-        back to the write position (the batch was not published)."""
-        written, werr, _ = res
-        n = len(payloads)
-        if refused is not None or werr or written != total:
-            self._lane_failed = True
-            self.unwritten -= n
-            cause = refused or OSError(werr or errno.EIO, os.strerror(werr or errno.EIO))
-            e = DiskQueueError(f"write to queue {self.layout.name!r} failed: {cause}")
-            e.__cause__ = cause
-            self.write_error = e
-            fail(waiters, e)
-            return
-        st = self.store
-        st.appended(total, False)
-        self.seq_w = seq
-        self.write_at = (st.write_file, st.write_pos)
-        self.bytes_on_disk = st.bytes_on_disk
-        self.landed(n, waiters, self.write_at, None, 0, False)
-        self._seen_read(self.seq_r)
-
-    def _may_flush(self, total: int, puts: int) -> bool:
-        """May a batch go to the lane from a put or a callback, without the ioLoop: it is
-        parked (no job of its own in flight) and nothing else is due before the batch (an
-        fsync by count or time, a sync(), a purge, closing)."""
-        loop = self.loop
-        assert loop is not None
-        return (self._waiting and self.state is Lifecycle.OPEN and self._lane_fits(total)
-                and total <= _lane.SMALL_MAX and self.sync_every > 1
-                and self.since_sync + puts < self.sync_every and not self.sync_waiters
-                and not self.purge_waiters and loop.time() < self._sync_due_at)
-
-    def kick(self) -> bool:
-        """A put landed in the empty pending batch: write it from a callback at the end of
-        this loop iteration (the producers ready in it append theirs first) if the lane
-        may take it then; True if so, else the ioLoop is to be woken."""
-        if self._flush_soon:
-            return True
-        if not self._may_flush(self.pending_bytes, len(self.pending)):
-            return False
-        self._flush_soon = True
-        loop = self.loop
-        assert loop is not None
-        loop.call_soon(self._flush)
-        return True
-
-    def _flush(self) -> None:
-        """Send the pending batch to the lane (see kick), or wake the ioLoop for it."""
-        self._flush_soon = False
-        payloads, waiters, total = self.pending, self.put_waiters, self.pending_bytes
-        if not payloads:
-            return
-        if not self._may_flush(total, len(payloads)):
-            self._direct_left = 0
-            wake(self.put_req)
-            return
-        self.pending, self.put_waiters, self.pending_bytes = [], [], 0
-        # One producer alone (one put, awaited): its next puts may be written at once.
-        self._direct_left = DIRECT_RUN if len(payloads) == 1 and len(waiters) == 1 else 0
-        self._send_from_loop(payloads, waiters, total)
-
-    def write_one(self, data: bytes, size: int, waiter: asyncio.Future[None]) -> bool:
-        """Write one awaited put (``size`` bytes as a record) from ``put()`` itself if a
-        producer is alone (the last batch _flush sent was one awaited put) and the lane may
-        take it now; False if not (the put takes the usual way). After DIRECT_RUN such
-        puts in a row a put takes the usual way, so the producer lets other tasks run."""
-        if self._direct_left <= 0 or self.pending or not self._may_flush(size, 1):
-            return False
-        self._direct_left -= 1
-        self.unwritten += 1
-        self.puts += 1
-        self._send_from_loop([data], [waiter], size)
-        return True
-
-    def _send_from_loop(self, payloads: list[bytes], waiters: list[asyncio.Future[None]],
-                        total: int) -> None:
-        self.since_sync += len(payloads)
-        if self._lane_send(payloads, waiters, total) or self._timer is None:
-            # The ioLoop applies the job in flight, or arms the periodic sync timer.
-            wake(self.put_req)
+        self.seen_read(seq_r)
 
     async def _finish(self) -> None:
         self._direct_left = 0
-        await self._lane_settled()  # no I/O-thread job beside a lane write
+        w = self.writes
+        if w is not None:
+            await w.settled()  # no I/O-thread job beside a lane write
         try:
             await super()._finish()
         finally:
-            if self.lane is not None:
-                self.lane.close()
-                self.lane = None
+            if w is not None:
+                w.close()
 
     async def wait_not_full(self) -> None:
         """Wait while the queue is at ``maxsize`` by the consumer's last stored position."""
@@ -388,7 +252,9 @@ class ProducerEngine(RoleEngine):
             wake(self.put_req)  # the ioLoop watches for the consumer's next store meanwhile
             await super().wait_not_full()
 
-    def _seen_read(self, seq_r: int) -> None:
+    def seen_read(self, seq_r: int) -> None:
+        """The consumer's last stored read position is numbered ``seq_r``: the depth
+        follows, and put() calls waiting for room may go on."""
         self.seq_r = seq_r
         self.depth = max(0, self.seq_w - seq_r)
         self.runs.reset(self._read_seen)  # statistics() shows the consumer's stored position

@@ -85,7 +85,7 @@ class RoleEngine(QueueBuffers):
         self._wake: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
-        self._waiting = False  # the ioLoop sleeps in _wait: a poke wakes it
+        self.parked = False  # the ioLoop sleeps in _wait: a poke wakes it
         self._poke_cb = self._poke  # one bound method, added and removed as a callback
 
     # ------------------------------------------------------------------ start / stop
@@ -140,14 +140,29 @@ class RoleEngine(QueueBuffers):
             if mine != theirs:
                 raise OptionConflict(name, mine, theirs, self.peer, rec.pid)
 
-    def _record(self, at: tuple[int, int], seq: int, live: bool = True) -> bytes:
+    def role_record(self, at: tuple[int, int], seq: int, live: bool = True) -> bytes:
         """This role's record with position ``at`` numbered ``seq``, as its file holds it."""
         o = self.opts
         return RoleRecord(os.getpid(), self.session, *at, seq, o.max_bytes_per_file,
                           o.min_msg_size, o.max_msg_size, live).encode()
 
+    @property
+    def record_fd(self) -> int:
+        """The descriptor of this role's own record file (open while the role is held)."""
+        return self._rfd
+
+    @property
+    def sync_due_at(self) -> float:
+        """When (loop time) the periodic sync round is due."""
+        return self._sync_due_at
+
+    @property
+    def timer_armed(self) -> bool:
+        """The periodic sync timer is armed (the ioLoop arms it when it parks dirty)."""
+        return self._timer is not None
+
     def _publish(self, at: tuple[int, int], seq: int, live: bool = True) -> None:
-        os.pwrite(self._rfd, self._record(at, seq, live), 0)
+        os.pwrite(self._rfd, self.role_record(at, seq, live), 0)
 
     def watch(self) -> FileWatch:
         """The watch on the file the other role changes (made on first use)."""
@@ -270,7 +285,7 @@ class RoleEngine(QueueBuffers):
     def _poke(self, _fut: object = None) -> None:
         """Wake the ioLoop sleeping in _wait (a done callback of what it waits on beside
         the requests). Not sleeping, it looks at their state in its next round anyway."""
-        if self._waiting:
+        if self.parked:
             w = self._wake
             if w is not None and not w.done():
                 w.set_result(None)
@@ -312,11 +327,11 @@ class RoleEngine(QueueBuffers):
             f.add_done_callback(poke)
         if storing is not None:
             storing.add_done_callback(poke)
-        self._waiting = True
+        self.parked = True
         try:
             await w
         finally:
-            self._waiting = False
+            self.parked = False
             for f in extra:
                 f.remove_done_callback(poke)
             if storing is not None:
