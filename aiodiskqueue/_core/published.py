@@ -128,8 +128,7 @@ class PublishedWrites:
         e.seq_w = seq
         e.write_at = (st.write_file, st.write_pos)
         e.bytes_on_disk = st.bytes_on_disk
-        e.landed(n, waiters, e.write_at, None, 0, False)
-        e.seen_read(e.seq_r)
+        e.landed(n, waiters, e.write_at, None, 0, False)  # the depth grows by n
 
     # ------------------------------------------------------------------ without the ioLoop
 

@@ -35,7 +35,7 @@ from .._format.layout import Layout
 from .._format.lock import RoleLock
 from .._format.meta import Meta
 from .._format.roles import (
-    RoleRecord,
+    encode_record,
     holder_pid,
     live_record,
     meta_lock,
@@ -69,6 +69,7 @@ class RoleEngine(QueueBuffers):
         self._direct_left = 0  # DiskQueue.put reads it: never a direct write here
         self.lock = RoleLock(layout.lock_path, layout.role_path(self.role), layout.file_mode)
         self.session = random.getrandbits(62) + 1
+        self._pid = os.getpid()  # the holder named in the record: see start()
         self._rfd = -1
         self.io: IOThread | None = None
         # Meta stores run on a thread of their own, beside the reads and writes: their
@@ -97,6 +98,7 @@ class RoleEngine(QueueBuffers):
         the live other role's, DiskQueueError on I/O errors.
         """
         self.loop = loop = asyncio.get_running_loop()
+        self._pid = os.getpid()
         self.io = IOThread(f"aiodiskqueue-{self.role}-{self.layout.name}")
         try:
             await self.io.run(self._open_locked)
@@ -143,8 +145,8 @@ class RoleEngine(QueueBuffers):
     def role_record(self, at: tuple[int, int], seq: int, live: bool = True) -> bytes:
         """This role's record with position ``at`` numbered ``seq``, as its file holds it."""
         o = self.opts
-        return RoleRecord(os.getpid(), self.session, *at, seq, o.max_bytes_per_file,
-                          o.min_msg_size, o.max_msg_size, live).encode()
+        return encode_record(self._pid, self.session, at[0], at[1], seq, o.max_bytes_per_file,
+                             o.min_msg_size, o.max_msg_size, live)
 
     @property
     def record_fd(self) -> int:
