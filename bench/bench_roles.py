@@ -9,7 +9,10 @@ Rows, 1 KiB messages, every row in the same run (``--n`` messages, 20,000 by def
   ``get_many(1024)`` (each also in one process), once with 16 producer tasks each
   awaiting its ``put()`` (a web service's concurrent requests) and an ``async for``
   consumer (also in one process), and once with an AckQueue pair whose consumer
-  finishes every message;
+  finishes every message, and once with ``put_nowait()`` per message (returning before the
+  message is written, as ``multiprocessing.Queue.put`` returns before its feeder thread
+  sends it: the reference of that peer's row; ``put()`` awaits room only while the write
+  buffer is full);
 - the peers (``bench/peers.py``, ``PROCESS_PEERS``) in the same producer process /
   consumer process setup, each with its library's defaults: a plain loop of puts, a
   consumer loop of gets (persist-queue's SQLiteAckQueue acks each one), polling every
@@ -64,7 +67,7 @@ sys.path.insert(0, str(BENCH))
 
 import peers  # noqa: E402
 
-from aiodiskqueue import AckQueue, DiskQueue  # noqa: E402
+from aiodiskqueue import AckQueue, DiskQueue, QueueFull  # noqa: E402
 
 SIZE = 1024
 HEAD = struct.Struct("<qq")  # put time (monotonic ns), sequence number
@@ -94,7 +97,7 @@ class Setup:
     """One row: who runs, with which API, in one process or two."""
 
     label: str
-    system: str  # "ours", "ours-batch", "ours-tasks", "ours-ack" or a peer's KEY
+    system: str  # "ours", "ours-batch", "ours-tasks", "ours-ack", "ours-nowait" or a peer's KEY
     processes: int
     ref: str | None  # label of the row whose rate is divided by this row's
     target: float | None  # the issue's lower bound for that ratio
@@ -110,6 +113,10 @@ OURS_TWO = "ours, 2 processes: put() / get()"
 OURS_TWO_BATCH = "ours, 2 processes: put_many(64) / get_many(1024)"
 OURS_TWO_TASKS = f"ours, 2 processes: {TASKS} tasks awaiting put() / async for"
 OURS_TWO_ACK = "ours AckQueue, 2 processes: put() / get()+finish()"
+# multiprocessing.Queue's put() returns before the message is sent (a feeder thread sends
+# it later); put_nowait() is our call with that contract: the message is written shortly
+# after, and is written to the OS before anything later is read.
+OURS_TWO_NOWAIT = "ours, 2 processes: put_nowait() / get()"
 
 
 def _peer_crash(cls: type[peers.Peer]) -> str:
@@ -132,11 +139,14 @@ def setups() -> list[Setup]:
               OURS_TWO_TASKS, 0.8, OURS_CRASH),
         Setup(OURS_TWO_TASKS, "ours-tasks", 2, None, None, OURS_CRASH),
         Setup(OURS_TWO_ACK, "ours-ack", 2, None, None, ACK_CRASH, True),
+        Setup(OURS_TWO_NOWAIT, "ours-nowait", 2, None, None, OURS_CRASH),
     ]
     for cls in peers.PROCESS_PEERS:
         level_target = 1.0 if cls.LEVEL == "none" else 10.0
         # An acking peer is compared with our acking consumer.
         ref = OURS_TWO_ACK if cls is peers.PersistQueueSQLiteAck else OURS_TWO
+        if cls is peers.MultiprocessingQueue:
+            ref = OURS_TWO_NOWAIT  # the same contract: put() returns before it is sent
         rows.append(Setup(f"{cls.NAME}, 2 processes", cls.KEY, 2, ref, level_target,
                           _peer_crash(cls)))
     return rows
@@ -189,9 +199,25 @@ async def _produce_tasks(q: DiskQueue, n: int) -> None:
     await asyncio.gather(*(one() for _ in range(TASKS)))
 
 
+async def _produce_nowait(q: DiskQueue, n: int) -> None:
+    """put_nowait() per message, as a fire-and-forget producer calls it; while the write
+    buffer is full (``write_buffer_bytes``), the put that found it full awaits room."""
+    put_nowait = q.put_nowait
+    for i in range(n):
+        m = _msg(i)
+        try:
+            put_nowait(m)
+        except QueueFull:
+            await q.put(m)
+
+
 async def _produce_ours(q: DiskQueue | AckQueue, n: int, rate: float, batch: bool,
-                        first: list[int], tasks: bool = False) -> None:
+                        first: list[int], tasks: bool = False, nowait: bool = False) -> None:
     first.append(time.monotonic_ns())
+    if nowait:
+        assert isinstance(q, DiskQueue)
+        await _produce_nowait(q, n)
+        return
     if tasks:
         assert isinstance(q, DiskQueue)
         await _produce_tasks(q, n)
@@ -244,6 +270,7 @@ async def _ours(system: str, role: str, directory: str, n: int, rate: float,
                 go: Callable[[], Awaitable[None]], out: ChildResult) -> None:
     batch = system == "ours-batch"
     tasks = system == "ours-tasks"
+    nowait = system == "ours-nowait"
     check = _Check()
     first: list[int] = []
     if system == "ours-ack":
@@ -257,12 +284,12 @@ async def _ours(system: str, role: str, directory: str, n: int, rate: float,
         async with DiskQueue(directory, "q", role) as q:
             await go()
             if role == "producer":
-                await _produce_ours(q, n, rate, batch, first, tasks)
+                await _produce_ours(q, n, rate, batch, first, tasks, nowait)
             elif role == "consumer":
                 out.end_ns = await _consume_ours(q, n, batch, check, tasks)
             else:
                 cons = asyncio.ensure_future(_consume_ours(q, n, batch, check, tasks))
-                await _produce_ours(q, n, rate, batch, first, tasks)
+                await _produce_ours(q, n, rate, batch, first, tasks, nowait)
                 out.end_ns = await cons
     out.start_ns = first[0] if first else 0
     out.latencies = check.latencies
