@@ -721,7 +721,7 @@ async def test_a_lone_producer_s_write_that_outlasts_its_poll_returns_once_writt
     # spin_us=0: the loop never polls, so each write a lone producer's put() sends itself
     # is still running when put() looks: the ioLoop applies it, and only then may the put
     # return, with its record on disk. sync_every=8 puts rounds beside these writes.
-    import aiodiskqueue.queue as _queue
+    from aiodiskqueue._core.engine import Engine
     outlasted: list[bool] = []
     from aiodiskqueue._core.inline import write_one as real
 
@@ -731,7 +731,7 @@ async def test_a_lone_producer_s_write_that_outlasts_its_poll_returns_once_writt
             outlasted.append(not waiter.done())
         return sent
 
-    monkeypatch.setattr(_queue, "write_one", watching)
+    monkeypatch.setattr(Engine, "write_one", watching)
     q = await make_queue(spin_us=0, sync_every=8, sync_interval=0.01)
     path = tmp_path / seg_name("q", 0)
     for i in range(300):

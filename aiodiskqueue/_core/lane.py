@@ -84,7 +84,10 @@ class WriteLane:
         failure of that write is a write errno with every byte written.
         """
         fut: Hop[LaneResult] = Hop(loop=self._loop)  # first: no job without its future
-        self._w.submit_records(fd, payloads, offset, sync, pub_fd, pub)
+        if pub_fd >= 0:
+            self._w.submit_records(fd, payloads, offset, sync, pub_fd, pub)
+        else:
+            self._w.submit_records(fd, payloads, offset, sync)
         self._futs.append(fut)
         return fut
 
@@ -103,13 +106,14 @@ class WriteLane:
         if fut is None:
             fut = self._spare = Hop(loop=self._loop)
         if self._futs:  # queued behind other jobs: not polled for
-            self._w.submit_records(fd, payloads, offset, False, pub_fd, pub)
+            self._submit_only(fd, payloads, offset, pub_fd, pub)
         else:
             wait = self._poll_ns
             if self._poll_rest:
                 self._poll_rest -= 1
                 wait = 0
-            done = self._w.write_polled(fd, payloads, offset, wait, pub_fd, pub)
+            done = (self._w.write_polled(fd, payloads, offset, wait, pub_fd, pub)
+                    if pub_fd >= 0 else self._w.write_polled(fd, payloads, offset, wait))
             if done is not None:
                 self._poll_misses = 0
                 return done
@@ -118,6 +122,14 @@ class WriteLane:
         self._spare = None
         self._futs.append(fut)
         return fut
+
+    def _submit_only(self, fd: int, payloads: list[bytes], offset: int,
+                            pub_fd: int = -1, pub: bytes = b"") -> None:
+        """Queue a record job without its future (the caller appends one)."""
+        if pub_fd >= 0:
+            self._w.submit_records(fd, payloads, offset, False, pub_fd, pub)
+        else:
+            self._w.submit_records(fd, payloads, offset, False)
 
     def poll(self) -> None:
         """Wait briefly on the calling thread (the loop) for the oldest job in flight, and
