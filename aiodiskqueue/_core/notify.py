@@ -6,6 +6,9 @@ nothing. Where inotify is missing (not Linux, no libc symbol, out of watches) or
 no events (NFS and other network filesystems do not report another host's writes),
 the waiter polls with backoff: 1 ms, doubling up to 100 ms, back to 1 ms after a change.
 With inotify the waiter still looks once a second, in case an event was missed.
+
+A watch made with ``on_change`` calls it instead (at each change, poll tick and look):
+no future per wait, for a reader that handles a change right where it is notified.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import ctypes.util
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +60,18 @@ class FileWatch:
     """Wakes a waiter when the file at ``path`` is written (or after a poll interval).
 
     ``mask``: the inotify events that count, :data:`FILE_CHANGES` by default;
-    :data:`DIR_CHANGES` watches a directory's entries.
+    :data:`DIR_CHANGES` watches a directory's entries. With ``on_change`` the watch calls
+    it (on the loop) at each change, poll tick and periodic look, from construction
+    until :meth:`close`, and :meth:`wait` is not used.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, path: str,
-                 use_inotify: bool = True, mask: int = FILE_CHANGES) -> None:
+                 use_inotify: bool = True, mask: int = FILE_CHANGES,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.loop = loop
         self.path = path
+        self._on_change = on_change
+        self._tick: asyncio.TimerHandle | None = None  # with on_change: the next look or poll
         self._fd = -1
         self._waiter: asyncio.Future[None] | None = None
         self._missed = False  # a change came while no waiter waited: the next wait() ends
@@ -83,6 +92,9 @@ class FileWatch:
             if self._fd < 0:
                 log.info("%s: no inotify watch (errno %d); polling for changes", path,
                          ctypes.get_errno())
+        if on_change is not None:
+            self._tick = loop.call_later(_WATCHED_CHECK if self._fd >= 0 else POLL_MIN,
+                                         self._on_tick)
 
     @property
     def inotify(self) -> bool:
@@ -98,6 +110,9 @@ class FileWatch:
                 pass
         except BlockingIOError:
             pass
+        if self._on_change is not None:
+            self._on_change()
+            return
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
@@ -107,6 +122,23 @@ class FileWatch:
     def changed(self) -> None:
         """The file was seen to change: the next poll comes soon again."""
         self._delay = POLL_MIN
+        if self._on_change is not None and self._fd < 0:
+            # The tick armed before may be up to POLL_MAX away: the next one comes soon.
+            if self._tick is not None:
+                self._tick.cancel()
+            self._tick = self.loop.call_later(POLL_MIN, self._on_tick)
+
+    def _on_tick(self) -> None:
+        """With ``on_change``: the periodic look (inotify) or the poll tick (backoff)."""
+        cb = self._on_change
+        assert cb is not None
+        if self._fd >= 0:
+            delay = _WATCHED_CHECK
+        else:
+            delay = self._delay
+            self._delay = min(POLL_MAX, delay * 2)
+        self._tick = self.loop.call_later(delay, self._on_tick)
+        cb()  # may call changed(), which arms the next poll sooner
 
     def wait(self) -> asyncio.Future[None]:
         """A future resolved at the next change (inotify) or poll tick (backoff); at once
@@ -138,6 +170,10 @@ class FileWatch:
 
     def close(self) -> None:
         """Stop watching; idempotent."""
+        self._on_change = None
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
         if self._check is not None:
             self._check.cancel()
             self._check = None
