@@ -8,9 +8,9 @@ import logging
 import os
 
 from .._format.access import open_file, read_fd
+from .._format.codec import HEADER_SIZE, parse_payloads
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, load_meta, store_meta
-from .._format.codec import HEADER_SIZE, parse_payloads
 from .._format.roles import (
     REC_SIZE,
     Seqs,
