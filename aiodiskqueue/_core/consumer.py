@@ -263,8 +263,14 @@ class ConsumerEngine(RoleEngine):
             buf = os.pread(self._fd, n, pos)
             payloads, stop, bad = parse_payloads(buf, pos, o.min_msg_size, o.max_msg_size)
             if bad is None and stop == view[1]:
-                self._apply(seq_w, Stretch(payloads, fnum, pos, stop),
-                            n - HEADER_SIZE * len(payloads), view, None)
+                # _apply's steps, for the usual case: counted as landed() counts writes
+                if self.seq_w != seq_w:
+                    self._depth += self.seq_w - seq_w
+                self.write_at = self.read_at = view
+                self.add_ready(Stretch(payloads, fnum, pos, stop),
+                               n - HEADER_SIZE * len(payloads))
+                if self.getters:
+                    self.wake_waiters()
                 self._seen()
                 return _DONE
         recs, nbytes, to, err = self._read(at, budget)
