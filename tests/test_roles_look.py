@@ -236,3 +236,78 @@ async def test_a_watch_with_a_callback_calls_it_at_changes_and_looks(
     path.write_bytes(b"y")
     await asyncio.sleep(0.1)
     assert len(calls) == n  # closed: no more calls
+
+
+async def test_a_held_watch_calls_once_at_the_end_of_the_hold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notify, "_WATCHED_CHECK", 0.01)  # no look while held either
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+    calls: list[float] = []
+    loop = asyncio.get_running_loop()
+    watch = notify.FileWatch(loop, str(path), on_change=lambda: calls.append(loop.time()))
+    try:
+        if not watch.inotify:
+            assert not watch.hold(0.1)  # polling: nothing to hold
+            return
+        assert watch.hold(0.2)
+        assert not watch.hold(0.2)  # one at a time
+        calls.clear()
+        t0 = loop.time()
+        for i in range(20):
+            path.write_bytes(b"%d" % i)
+            await asyncio.sleep(0.002)
+        while not calls and loop.time() - t0 < 10:
+            await asyncio.sleep(0.01)
+        assert len(calls) == 1 and calls[0] - t0 >= 0.19  # the hold's end, once
+        assert watch.hold(0.05)
+        calls.clear()
+        await asyncio.sleep(0.2)
+        assert calls  # a hold ends with a call even if nothing changed
+        assert calls[0] - t0 >= 0.2
+    finally:
+        watch.close()
+
+
+async def test_a_fast_producer_is_read_per_hold_and_a_slow_one_per_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiodiskqueue._core import consumer
+
+    p, c = await _pair(tmp_path)
+    await p.put(b"opens the segment")
+    assert await _get(c) == b"opens the segment"
+    watch = _engine(c).watch()
+    holds: list[float] = []
+    real = watch.hold
+
+    def hold(delay: float) -> bool:
+        held = real(delay)
+        if held:
+            holds.append(delay)
+        return held
+
+    monkeypatch.setattr(watch, "hold", hold)
+    monkeypatch.setattr(consumer, "HOLD_GAP", 3600.0)  # every read counts as quick
+    for i in range(20):
+        await p.put(b"f%d" % i)
+        assert await _get(c) == b"f%d" % i
+    if not NATIVE or not watch.inotify:
+        # The pure-Python consumer reads on the I/O thread; polling has nothing to hold.
+        assert holds == []
+        await c.aclose()
+        await p.aclose()
+        return
+    assert holds  # after HOLD_AFTER quick reads
+    monkeypatch.setattr(consumer, "HOLD_GAP", 0.0)  # from now on, no read is quick
+    await asyncio.sleep(0.05)  # the last hold ends with nothing new
+    n = len(holds)
+    loop = asyncio.get_running_loop()
+    for i in range(5):
+        await asyncio.sleep(0.01)
+        t0 = loop.time()
+        await p.put(b"s%d" % i)
+        assert await _get(c) == b"s%d" % i
+        assert loop.time() - t0 < 5
+    assert len(holds) == n  # a slow producer wakes the consumer per change again
+    await c.aclose()
+    await p.aclose()

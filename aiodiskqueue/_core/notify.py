@@ -8,7 +8,9 @@ the waiter polls with backoff: 1 ms, doubling up to 100 ms, back to 1 ms after a
 With inotify the waiter still looks once a second, in case an event was missed.
 
 A watch made with ``on_change`` calls it instead (at each change, poll tick and look):
-no future per wait, for a reader that handles a change right where it is notified.
+no future per wait, for a reader that handles a change right where it is notified. Such a
+watch can hold its calls for a while (:meth:`FileWatch.hold`): a file changed many times
+a millisecond then wakes its reader once per hold, not once per change.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class FileWatch:
         self.path = path
         self._on_change = on_change
         self._tick: asyncio.TimerHandle | None = None  # with on_change: the next look or poll
+        self._held: asyncio.TimerHandle | None = None  # the end of a hold (see hold)
         self._fd = -1
         self._waiter: asyncio.Future[None] | None = None
         self._missed = False  # a change came while no waiter waited: the next wait() ends
@@ -138,7 +141,32 @@ class FileWatch:
             delay = self._delay
             self._delay = min(POLL_MAX, delay * 2)
         self._tick = self.loop.call_later(delay, self._on_tick)
-        cb()  # may call changed(), which arms the next poll sooner
+        if self._held is None:  # a hold ends with a call anyway
+            cb()  # may call changed(), which arms the next poll sooner
+
+    def hold(self, delay: float) -> bool:
+        """With ``on_change`` and inotify: make no call for the changes of the next
+        ``delay`` seconds (the loop is not even woken for them), then one call, whether
+        the file changed or not. False (nothing held) where there is no such watch, or
+        while a hold runs."""
+        if self._on_change is None or self._fd < 0 or self._held is not None:
+            return False
+        self.loop.remove_reader(self._fd)
+        self._held = self.loop.call_later(delay, self._end_hold)
+        return True
+
+    def _end_hold(self) -> None:
+        self._held = None
+        cb = self._on_change
+        if cb is None or self._fd < 0:
+            return
+        self.loop.add_reader(self._fd, self._readable)
+        try:  # the changes of the hold: this call covers them
+            while len(os.read(self._fd, _EVENTS_READ)) == _EVENTS_READ:
+                pass
+        except BlockingIOError:
+            pass
+        cb()
 
     def wait(self) -> asyncio.Future[None]:
         """A future resolved at the next change (inotify) or poll tick (backoff); at once
@@ -174,6 +202,9 @@ class FileWatch:
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         if self._check is not None:
             self._check.cancel()
             self._check = None
