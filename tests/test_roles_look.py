@@ -238,9 +238,9 @@ async def test_a_watch_with_a_callback_calls_it_at_changes_and_looks(
     assert len(calls) == n  # closed: no more calls
 
 
-async def test_a_held_watch_calls_once_at_the_end_of_the_hold(
+async def test_a_held_watch_calls_at_the_end_of_the_hold_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(notify, "_WATCHED_CHECK", 0.01)  # no look while held either
+    monkeypatch.setattr(notify, "_WATCHED_CHECK", 0.02)  # no look while held either
     path = tmp_path / "f"
     path.write_bytes(b"")
     calls: list[float] = []
@@ -250,21 +250,23 @@ async def test_a_held_watch_calls_once_at_the_end_of_the_hold(
         if not watch.inotify:
             assert not watch.hold(0.1)  # polling: nothing to hold
             return
-        assert watch.hold(0.2)
-        assert not watch.hold(0.2)  # one at a time
-        calls.clear()
         t0 = loop.time()
+        assert watch.hold(0.5)
+        assert not watch.hold(0.5)  # one at a time
+        calls.clear()
         for i in range(20):
+            if loop.time() - t0 > 0.3:
+                break  # a loaded machine: every write inside the hold
             path.write_bytes(b"%d" % i)
             await asyncio.sleep(0.002)
         while not calls and loop.time() - t0 < 10:
             await asyncio.sleep(0.01)
-        assert len(calls) == 1 and calls[0] - t0 >= 0.19  # the hold's end, once
+        assert calls and calls[0] - t0 >= 0.45  # nothing before the hold's end
         assert watch.hold(0.05)
+        t1 = loop.time()
         calls.clear()
         await asyncio.sleep(0.2)
-        assert calls  # a hold ends with a call even if nothing changed
-        assert calls[0] - t0 >= 0.2
+        assert calls and calls[0] - t1 >= 0.04  # ends with a call though nothing changed
     finally:
         watch.close()
 
