@@ -36,9 +36,10 @@ from .roles import RoleEngine
 log = logging.getLogger("aiodiskqueue")
 
 #: The most published bytes the event loop reads itself (see ConsumerEngine._look): a
-#: consumer that keeps up with its producer reads a batch or a few just written, from
-#: the page cache, in microseconds, where a hop to the I/O thread and back costs two
-#: thread wake-ups. More than this (a backlog, possibly not cached) goes to the thread.
+#: consumer that keeps up with its producer reads what was just written (a batch, or a
+#: millisecond of a fast producer's batches, see HOLD_FOR) from the page cache in
+#: microseconds, where a hop to the I/O thread and back costs two thread wake-ups. More
+#: than this (a backlog, possibly no longer cached) goes to the thread.
 INLINE_READ_MAX = 256 * 1024
 
 #: A producer that publishes faster than this a batch (s between the looks that read
@@ -448,12 +449,12 @@ class ConsumerEngine(RoleEngine):
                 self.read_slot = self._wake  # refill() wakes the ioLoop
             await self._wait()
 
-    def _apply(self, seq_w: int, recs: list[Record] | Stretch | None, nbytes: int,
+    def _apply(self, seq_w: int, recs: list[Record] | None, nbytes: int,
                to: tuple[int, int], err: CorruptionError | None) -> None:
         if self.seq_w != seq_w:
             self.depth = self.depth + (self.seq_w - seq_w)
         self.write_at = self._view
-        if recs is not None and (recs.payloads if isinstance(recs, Stretch) else recs):
+        if recs:
             self.add_ready(recs, nbytes)
         self.read_at = to
         if err is not None:
