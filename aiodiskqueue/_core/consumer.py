@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 
 from .._format.access import open_file, read_fd
+from .._format.codec import HEADER_SIZE, parse_payloads
 from .._format.layout import Layout, file_size, fsync_dir
 from .._format.meta import Meta, load_meta, store_meta
 from .._format.roles import (
     REC_SIZE,
-    RoleRecord,
     Seqs,
+    decode_position,
     encode_seqs,
     live_record,
     meta_lock,
@@ -24,11 +26,35 @@ from .._format.roles import (
 )
 from .._format.scan import Record, read_span, scan_segment
 from ..errors import CorruptionError, QueueNotFound, RoleError
-from .buffers import Lifecycle, succeed
+from .buffers import QUEUE_OPEN, QUEUE_SHUTDOWN, Lifecycle, succeed
+from .lane import available as native_available
+from .notify import FileWatch, local_fs
 from .options import Options
+from .position import Stretch
 from .roles import RoleEngine
 
 log = logging.getLogger("aiodiskqueue")
+
+#: The most published bytes the event loop reads itself (see ConsumerEngine._look): a
+#: consumer that keeps up with its producer reads what was just written (a batch, or a
+#: millisecond of a fast producer's batches, see HOLD_FOR) from the page cache in
+#: microseconds, where a hop to the I/O thread and back costs two thread wake-ups. More
+#: than this (a backlog, possibly no longer cached) goes to the thread.
+INLINE_READ_MAX = 256 * 1024
+
+#: A producer that publishes faster than this a batch (s between the looks that read
+#: something, HOLD_AFTER times in a row) gets read every HOLD_FOR instead: the watch holds
+#: its calls meanwhile (FileWatch.hold). A wake-up per batch costs the consumer some 20 us
+#: of CPU and the producer, whose write of its record wakes a sleeping process, some more;
+#: a message waits HOLD_FOR at most for it, and at rates up to 1/HOLD_GAP it never does.
+HOLD_GAP = 0.0001
+HOLD_AFTER = 4
+HOLD_FOR = 0.001
+
+# What _look leaves to do.
+_DONE = 0  # nothing: all that was asked for is read
+_AGAIN = 1  # more is published than the budget took: look again
+_HOP = 2  # the read is not one for the loop: the I/O thread reads it
 
 
 class ConsumerEngine(RoleEngine):
@@ -50,15 +76,24 @@ class ConsumerEngine(RoleEngine):
         self._stored_seq = 0
         self._oldest = 0
         self._pfd = -1
-        # The producer's record as last read, and what it decoded to: a step decodes it
-        # again only when it changed.
+        # The producer's record as last read: a look decodes it again only when it changed.
         self._rec_raw = b""
-        self._rec: RoleRecord | None = None
         self._fd = -1
         self._fnum = -1
         self._sizes: dict[int, int] = {}
         self._synced_file = -1  # the segment whose directory entry a store made durable
         self._meta_held = False  # hold_meta(): close stores no meta
+        # Reads of what the producer published go on the event loop where they are small
+        # (see _look); with AIODISKQUEUE_PURE_PYTHON=1 every read goes to the I/O thread.
+        self._inline = native_available()
+        self._local = False  # the queue is on a local filesystem (see watch())
+        self._changed = True  # a change the ioLoop has not looked at yet
+        self._look_error: BaseException | None = None  # raised by a look on the watch's call
+        # The watch's hold (see HOLD_GAP): when the last look read something, how many in a
+        # row came quickly, whether the watch holds its calls.
+        self._last_got = 0.0
+        self._quick = 0
+        self._held = False
 
     # Putting messages is the producer's.
     def check_put(self, n: int) -> None:
@@ -82,6 +117,7 @@ class ConsumerEngine(RoleEngine):
 
     def _open(self, mfd: int) -> None:
         lay = self.layout
+        self._local = local_fs(lay.directory)  # statfs: here, on the I/O thread
         segs = lay.segments()
         on_disk = load_meta(lay.meta_path)
         live = live_record(lay.role_path("producer")) is not None
@@ -97,7 +133,7 @@ class ConsumerEngine(RoleEngine):
         self.seq_r0 = base.seq_r
         self._view, self.seq_w = on_disk.write, base.seq_w
         if live and rec is not None:
-            self._take_view(rec)
+            self._take_view(rec.session, rec.file_num, rec.pos, rec.seq)
         else:
             # No producer: what was written past the meta, whole records only (the next
             # producer's open cuts a torn tail at the same place).
@@ -127,11 +163,12 @@ class ConsumerEngine(RoleEngine):
                 break
         self.seq_w += n
 
-    def _take_view(self, rec: RoleRecord) -> bool:
-        if rec.session == self._stale_session or rec.seq < self.seq_w:
+    def _take_view(self, session: int, fnum: int, pos: int, seq: int) -> bool:
+        if session == self._stale_session or seq < self.seq_w:
             return False
-        changed = rec.seq != self.seq_w or rec.at != self._view
-        self._view, self.seq_w = rec.at, rec.seq
+        at = (fnum, pos)
+        changed = seq != self.seq_w or at != self._view
+        self._view, self.seq_w = at, seq
         return changed
 
     def _close_files(self) -> None:
@@ -146,15 +183,17 @@ class ConsumerEngine(RoleEngine):
     def _refresh(self) -> bool:
         """Read the producer's record: True if it moved on."""
         data = os.pread(self._pfd, REC_SIZE, 0)
-        if data and data == self._rec_raw:
-            rec = self._rec
-        else:
-            rec = RoleRecord.decode(data)
+        if data == self._rec_raw:
+            return False  # taken before (or empty): nothing new
+        found = decode_position(data)
+        if found is None:
+            rec = read_record(self._pfd)  # empty, or a write half done: read again
             if rec is None:
-                rec = read_record(self._pfd)  # empty, or a write half done: read again
-            else:
-                self._rec_raw, self._rec = data, rec
-        return rec is not None and self._take_view(rec)
+                return False
+            found = (rec.session, rec.file_num, rec.pos, rec.seq)
+        else:
+            self._rec_raw = data
+        return self._take_view(*found)
 
     def _reader(self, num: int) -> int | None:
         if self._fnum != num:
@@ -213,6 +252,58 @@ class ConsumerEngine(RoleEngine):
             return moved, [], 0, self.read_at, None
         return (moved, *self._read(self.read_at, budget))
 
+    def _look(self, budget: int) -> int:
+        """On the event loop: see the producer's record, then read what it published,
+        ``budget`` bytes or so, if that is small and in the segment open for reading (one
+        pread, parsed in C); apply both. What is left: :data:`_DONE`, :data:`_AGAIN`, or
+        :data:`_HOP` (a read for the I/O thread; the record's news are applied already).
+
+        Anything unusual in the small read (a short read, a bad length, a record not
+        whole) goes through :meth:`_read`, here, which says what it is.
+        """
+        seq_w = self.seq_w
+        moved = self._refresh()
+        fnum, pos = at = self.read_at
+        view = self._view
+        n = view[1] - pos
+        if budget <= 0 or at >= view:
+            self._apply(seq_w, None, 0, at, None)
+            if moved:
+                self._seen()
+            return _DONE
+        if view[0] != fnum or fnum != self._fnum or n > INLINE_READ_MAX:
+            self._apply(seq_w, None, 0, at, None)
+            if moved:
+                self._seen()
+            return _HOP
+        if n <= budget:
+            o = self.opts
+            buf = os.pread(self._fd, n, pos)
+            payloads, stop, bad = parse_payloads(buf, pos, o.min_msg_size, o.max_msg_size)
+            if bad is None and stop == view[1]:
+                # _apply's steps, for the usual case: counted as landed() counts writes
+                if self.seq_w != seq_w:
+                    self._depth += self.seq_w - seq_w
+                self.write_at = self.read_at = view
+                self.add_ready(Stretch(payloads, fnum, pos, stop),
+                               n - HEADER_SIZE * len(payloads))
+                if self.getters:
+                    self.wake_waiters()
+                self._seen()
+                return _DONE
+        recs, nbytes, to, err = self._read(at, budget)
+        self._apply(seq_w, recs, nbytes, to, err)
+        if moved or recs:
+            self._seen()
+            if to < self._view:
+                return _AGAIN
+        return _DONE
+
+    def _seen(self) -> None:
+        """The producer's record moved on: a polling watch looks again soon."""
+        if self._watch is not None:
+            self._watch.changed()
+
     def _store(self, read: tuple[int, int], seq_r: int, view: tuple[int, int],
                seq_w: int) -> tuple[tuple[int, int], int, int]:
         """Store the read position (on the meta thread), then delete the segments it has
@@ -268,15 +359,67 @@ class ConsumerEngine(RoleEngine):
         at = self.stored_at()
         return at, self.seq_r0 + self.gets - self.handing
 
+    def watch(self) -> FileWatch:
+        """The watch on the producer's record: it calls :meth:`_on_change` (made on first
+        use)."""
+        if self._watch is None:
+            assert self.loop is not None
+            self._watch = FileWatch(self.loop, self.layout.role_path("producer"),
+                                    on_change=self._on_change)
+            if not (self._watch.inotify and self._local):
+                # Changes are polled for, or the filesystem is a network (or FUSE) one: a
+                # read may wait on a server, not come from this host's page cache.
+                self._inline = False
+        return self._watch
+
+    def _on_change(self) -> None:
+        """The producer's record changed (or a look or poll is due). While the ioLoop
+        sleeps, look here, on the watch's call: a consumer that keeps up is woken once per
+        batch it reads, with no task to switch to, no future, no thread. What the look
+        leaves (a large read, a segment to open, the read-ahead past its low-water mark,
+        the periodic store's timer to arm) and any change that comes while the ioLoop is
+        busy are the ioLoop's, in its next round."""
+        held, self._held = self._held, False
+        if (not self._inline or not self.parked or self.purge_waiters
+                or self._look_error is not None
+                or (self.state is not QUEUE_OPEN and self.state is not QUEUE_SHUTDOWN)):
+            self._quick = 0
+            self._changed = True
+            self._poke()
+            return
+        want = self.ready_bytes <= self.low_water and self.corruption is None
+        at = self.read_at
+        try:
+            left = self._look(self.opts.read_buffer_bytes - self.ready_bytes if want else 0)
+        except BaseException as exc:  # noqa: BLE001 - the ioLoop raises it (the queue breaks)
+            self._look_error = exc
+            self._poke()
+            return
+        if self.read_at != at:
+            now = time.monotonic()
+            self._quick = self._quick + 1 if held or now - self._last_got < HOLD_GAP else 0
+            self._last_got = now
+            if self._quick >= HOLD_AFTER:
+                assert self._watch is not None
+                self._held = self._watch.hold(HOLD_FOR)
+        elif held:
+            self._quick = 0  # nothing came during the hold: a wake-up per change again
+        if left != _DONE or self.ready_bytes > self.low_water:
+            self._changed = True
+            self._poke()
+        elif ((self._timer is None or self._timer_at != self._sync_due_at) and self._dirty()):
+            self._poke()  # the ioLoop arms the timer of the periodic store
+
     async def _loop(self) -> None:
         io = self.io
         assert io is not None and self.loop is not None
-        watch = self.watch()
-        idle: asyncio.Future[None] | None = None
+        self.watch()
         while True:
+            if self._look_error is not None:
+                raise self._look_error
             if self.purge_waiters:
                 await self._purge()
-                idle = None
+                self._changed = True
                 continue
             if self.state is Lifecycle.CLOSING:
                 return
@@ -287,27 +430,33 @@ class ConsumerEngine(RoleEngine):
                 self.store_beside(self._store, *self._stored_now(), self._view, self.seq_w,
                                   waiters=self._round_started())
             want = self.ready_bytes <= self.low_water and self.corruption is None
-            if want or idle is None or idle.done():
+            if want or self._changed:
+                self._changed = False  # a change from now on is looked at again
                 budget = self.opts.read_buffer_bytes - self.ready_bytes if want else 0
-                seq_w = self.seq_w
-                moved, recs, nbytes, to, err = await io.run(self._step, budget)
-                self._apply(seq_w, recs, nbytes, to, err)
-                if moved or recs:
-                    watch.changed()
-                    if to < self._view:
-                        idle = None
-                        continue  # more is published: read on
-                idle = watch.wait()
+                left = self._look(budget) if self._inline else _HOP
+                if left == _AGAIN:
+                    continue
+                if left == _HOP:
+                    seq_w = self.seq_w
+                    if self._inline:  # the record was read and applied by the look
+                        moved = False
+                        recs, nbytes, to, err = await io.run(self._read, self.read_at, budget)
+                    else:
+                        moved, recs, nbytes, to, err = await io.run(self._step, budget)
+                    self._apply(seq_w, recs, nbytes, to, err)
+                    if moved or recs:
+                        self._seen()
+                        if to < self._view:
+                            continue  # more is published: read on
+            if self._changed:
+                continue  # a change came during the hop
             if self.ready_bytes > self.low_water:
                 self.refill_at = self.low_water
                 self.read_slot = self._wake  # refill() wakes the ioLoop
-                await self._wait()
-            else:
-                assert idle is not None
-                await self._wait(idle)
+            await self._wait()
 
-    def _apply(self, seq_w: int, recs: list[Record], nbytes: int, to: tuple[int, int],
-               err: CorruptionError | None) -> None:
+    def _apply(self, seq_w: int, recs: list[Record] | None, nbytes: int,
+               to: tuple[int, int], err: CorruptionError | None) -> None:
         if self.seq_w != seq_w:
             self.depth = self.depth + (self.seq_w - seq_w)
         self.write_at = self._view

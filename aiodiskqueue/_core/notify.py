@@ -6,6 +6,11 @@ nothing. Where inotify is missing (not Linux, no libc symbol, out of watches) or
 no events (NFS and other network filesystems do not report another host's writes),
 the waiter polls with backoff: 1 ms, doubling up to 100 ms, back to 1 ms after a change.
 With inotify the waiter still looks once a second, in case an event was missed.
+
+A watch made with ``on_change`` calls it instead (at each change, poll tick and look):
+no future per wait, for a reader that handles a change right where it is notified. Such a
+watch can hold its calls for a while (:meth:`FileWatch.hold`): a file changed many times
+a millisecond then wakes its reader once per hold, not once per change.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import ctypes.util
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,28 @@ _WATCHED_CHECK = 1.0
 _EVENTS_READ = 65536
 
 
+#: Filesystems whose reads of what a process of this host has just written come from this
+#: host's page cache (``statfs``'s ``f_type``): ext2/3/4, XFS, Btrfs, tmpfs, F2FS, ZFS,
+#: overlayfs, bcachefs. Not network or FUSE filesystems, whose reads may wait on a server.
+LOCAL_FS_TYPES = frozenset({0xEF53, 0x58465342, 0x9123683E, 0x01021994, 0xF2F52010,
+                            0x2FC12FC1, 0x794C7630, 0xCA451A4E})
+
+
+def local_fs(path: str) -> bool:
+    """Is ``path`` on one of :data:`LOCAL_FS_TYPES`? False where that cannot be told
+    (not Linux, no libc symbol, statfs fails)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    buf = ctypes.create_string_buffer(256)  # struct statfs: f_type (a long) comes first
+    try:
+        if libc.statfs(os.fsencode(path), buf) != 0:
+            return False
+    except (AttributeError, ValueError):
+        return False
+    return (ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF) in LOCAL_FS_TYPES
+
+
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -56,13 +84,19 @@ class FileWatch:
     """Wakes a waiter when the file at ``path`` is written (or after a poll interval).
 
     ``mask``: the inotify events that count, :data:`FILE_CHANGES` by default;
-    :data:`DIR_CHANGES` watches a directory's entries.
+    :data:`DIR_CHANGES` watches a directory's entries. With ``on_change`` the watch calls
+    it (on the loop) at each change, poll tick and periodic look, from construction
+    until :meth:`close`, and :meth:`wait` is not used.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, path: str,
-                 use_inotify: bool = True, mask: int = FILE_CHANGES) -> None:
+                 use_inotify: bool = True, mask: int = FILE_CHANGES,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.loop = loop
         self.path = path
+        self._on_change = on_change
+        self._tick: asyncio.TimerHandle | None = None  # with on_change: the next look or poll
+        self._held: asyncio.TimerHandle | None = None  # the end of a hold (see hold)
         self._fd = -1
         self._waiter: asyncio.Future[None] | None = None
         self._missed = False  # a change came while no waiter waited: the next wait() ends
@@ -83,6 +117,9 @@ class FileWatch:
             if self._fd < 0:
                 log.info("%s: no inotify watch (errno %d); polling for changes", path,
                          ctypes.get_errno())
+        if on_change is not None:
+            self._tick = loop.call_later(_WATCHED_CHECK if self._fd >= 0 else POLL_MIN,
+                                         self._on_tick)
 
     @property
     def inotify(self) -> bool:
@@ -98,6 +135,9 @@ class FileWatch:
                 pass
         except BlockingIOError:
             pass
+        if self._on_change is not None:
+            self._on_change()
+            return
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
@@ -107,6 +147,48 @@ class FileWatch:
     def changed(self) -> None:
         """The file was seen to change: the next poll comes soon again."""
         self._delay = POLL_MIN
+        if self._on_change is not None and self._fd < 0:
+            # The tick armed before may be up to POLL_MAX away: the next one comes soon.
+            if self._tick is not None:
+                self._tick.cancel()
+            self._tick = self.loop.call_later(POLL_MIN, self._on_tick)
+
+    def _on_tick(self) -> None:
+        """With ``on_change``: the periodic look (inotify) or the poll tick (backoff)."""
+        cb = self._on_change
+        assert cb is not None
+        if self._fd >= 0:
+            delay = _WATCHED_CHECK
+        else:
+            delay = self._delay
+            self._delay = min(POLL_MAX, delay * 2)
+        self._tick = self.loop.call_later(delay, self._on_tick)
+        if self._held is None:  # a hold ends with a call anyway
+            cb()  # may call changed(), which arms the next poll sooner
+
+    def hold(self, delay: float) -> bool:
+        """With ``on_change`` and inotify: make no call for the changes of the next
+        ``delay`` seconds (the loop is not even woken for them), then one call, whether
+        the file changed or not. False (nothing held) where there is no such watch, or
+        while a hold runs."""
+        if self._on_change is None or self._fd < 0 or self._held is not None:
+            return False
+        self.loop.remove_reader(self._fd)
+        self._held = self.loop.call_later(delay, self._end_hold)
+        return True
+
+    def _end_hold(self) -> None:
+        self._held = None
+        cb = self._on_change
+        if cb is None or self._fd < 0:
+            return
+        self.loop.add_reader(self._fd, self._readable)
+        try:  # the changes of the hold: this call covers them
+            while len(os.read(self._fd, _EVENTS_READ)) == _EVENTS_READ:
+                pass
+        except BlockingIOError:
+            pass
+        cb()
 
     def wait(self) -> asyncio.Future[None]:
         """A future resolved at the next change (inotify) or poll tick (backoff); at once
@@ -149,6 +231,13 @@ class FileWatch:
 
     def close(self) -> None:
         """Stop watching; idempotent."""
+        self._on_change = None
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         if self._check is not None:
             self._check.cancel()
             self._check = None

@@ -37,6 +37,7 @@ _REC = struct.Struct("<8sqQqqqqqqq")  # magic pid session file pos seq maxb min 
 _REC_MAGIC = b"ADQROLE1"
 _CRC = struct.Struct("<I")
 REC_SIZE = _REC.size + _CRC.size
+_REC_CRC = struct.Struct(_REC.format + "I")  # the record and its CRC in one unpack
 
 _SEQ_ENTRY = struct.Struct("<qqqqqqq")  # depth rf rp wf wp seq_r seq_w
 _SEQ_MAGIC = b"ADQSEQS1"
@@ -109,6 +110,20 @@ def encode_record(pid: int, session: int, file_num: int, pos: int, seq: int,
     body = _REC.pack(_REC_MAGIC, pid, session, file_num, pos, seq, max_bytes_per_file,
                      min_msg_size, max_msg_size, int(live))
     return body + _CRC.pack(zlib.crc32(body))
+
+
+def decode_position(data: bytes) -> tuple[int, int, int, int] | None:
+    """``(session, file_num, pos, seq)`` of the record in ``data``, checked as
+    :meth:`RoleRecord.decode` checks it; None where that gives None. For a reader that
+    follows a producer's position (it needs no record object for that)."""
+    if len(data) != REC_SIZE:
+        if len(data) < REC_SIZE:
+            return None
+        data = data[:REC_SIZE]
+    f = _REC_CRC.unpack(data)
+    if f[0] != _REC_MAGIC or f[10] != zlib.crc32(memoryview(data)[:_REC.size]):
+        return None
+    return f[2], f[3], f[4], f[5]
 
 
 def read_record(fd: int) -> RoleRecord | None:
