@@ -11,8 +11,8 @@ Rows, 1 KiB messages, every row in the same run (``--n`` messages, 20,000 by def
   consumer (also in one process), and once with an AckQueue pair whose consumer
   finishes every message, and once with ``put_nowait()`` per message (returning before the
   message is written, as ``multiprocessing.Queue.put`` returns before its feeder thread
-  sends it: the reference of that peer's row; ``put()`` awaits room only while the write
-  buffer is full);
+  sends it: the reference of that peer's row; the loop runs after every 64 puts, and
+  ``put()`` awaits room only while the write buffer is full);
 - the peers (``bench/peers.py``, ``PROCESS_PEERS``) in the same producer process /
   consumer process setup, each with its library's defaults: a plain loop of puts, a
   consumer loop of gets (persist-queue's SQLiteAckQueue acks each one), polling every
@@ -80,6 +80,7 @@ if peers.START_METHOD == "forkserver":
 LATENCY_RATE = 1000.0
 TARGET_P50_MS = 1.0
 TARGET_P99_MS = 10.0
+NOWAIT_YIELD = 64  # the put_nowait() producer lets the loop run after this many puts
 TASKS = 16  # producer tasks of the "ours-tasks" rows, each awaiting its put()
 
 
@@ -200,8 +201,9 @@ async def _produce_tasks(q: DiskQueue, n: int) -> None:
 
 
 async def _produce_nowait(q: DiskQueue, n: int) -> None:
-    """put_nowait() per message, as a fire-and-forget producer calls it; while the write
-    buffer is full (``write_buffer_bytes``), the put that found it full awaits room."""
+    """put_nowait() per message, as a fire-and-forget producer calls it, letting the loop
+    run after every ``NOWAIT_YIELD`` puts (as a service's other tasks would); while the
+    write buffer is full (``write_buffer_bytes``), the put that found it full awaits room."""
     put_nowait = q.put_nowait
     for i in range(n):
         m = _msg(i)
@@ -209,6 +211,8 @@ async def _produce_nowait(q: DiskQueue, n: int) -> None:
             put_nowait(m)
         except QueueFull:
             await q.put(m)
+        if i % NOWAIT_YIELD == NOWAIT_YIELD - 1:
+            await asyncio.sleep(0)
 
 
 async def _produce_ours(q: DiskQueue | AckQueue, n: int, rate: float, batch: bool,
