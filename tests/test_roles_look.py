@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 from helpers_format import patch_bytes, seg_name
+from test_roles import _get, _pair
 
 from aiodiskqueue import CorruptionError, DiskQueue, DiskQueueError
 from aiodiskqueue._core import lane, notify
@@ -23,16 +24,6 @@ from aiodiskqueue._core.iothread import Hop
 from aiodiskqueue._format.roles import read_record_at
 
 NATIVE = lane.available()
-
-
-async def _pair(tmp_path: Path, **opts: object) -> tuple[DiskQueue, DiskQueue]:
-    p = await DiskQueue.open(tmp_path, "q", role="producer", **opts)
-    c = await DiskQueue.open(tmp_path, "q", role="consumer", **opts)
-    return p, c
-
-
-async def _get(q: DiskQueue) -> bytes:
-    return await asyncio.wait_for(q.get(), 10)
 
 
 def _engine(q: DiskQueue) -> ConsumerEngine:

@@ -9,19 +9,10 @@ from pathlib import Path
 
 import pytest
 from helpers_format import read_meta
+from test_roles import _get, _pair
 
 from aiodiskqueue import DiskQueue
 from aiodiskqueue._core import notify
-
-
-async def _pair(tmp_path: Path, **opts: object) -> tuple[DiskQueue, DiskQueue]:
-    p = await DiskQueue.open(tmp_path, "q", role="producer", **opts)
-    c = await DiskQueue.open(tmp_path, "q", role="consumer", **opts)
-    return p, c
-
-
-async def _get(q: DiskQueue) -> bytes:
-    return await asyncio.wait_for(q.get(), 10)
 
 
 async def test_a_producer_counts_from_each_stored_position_of_the_consumer(

@@ -194,11 +194,8 @@ class FileWatch:
         """A future resolved at the next change (inotify) or poll tick (backoff); at once
         if a change was notified since the last one ended (the caller may have looked
         at the file before it)."""
-        w = self.loop.create_future()
-        self._waiter = w
-        if self._missed:
-            self._missed = False
-            w.set_result(None)
+        w = self.notified()
+        if w.done():
             return w
         if self._fd >= 0:
             if self._check is None:
