@@ -85,8 +85,7 @@ class ConsumerEngine(RoleEngine):
         self._meta_held = False  # hold_meta(): close stores no meta
         # Reads of what the producer published go on the event loop where they are small
         # (see _look); with AIODISKQUEUE_PURE_PYTHON=1 every read goes to the I/O thread.
-        self._inline = native_available()
-        self._local = False  # the queue is on a local filesystem (see watch())
+        self._inline = native_available()  # and, from _open and watch(), local and notified
         self._changed = True  # a change the ioLoop has not looked at yet
         self._look_error: BaseException | None = None  # raised by a look on the watch's call
         # The watch's hold (see HOLD_GAP): when the last look read something, how many in a
@@ -117,7 +116,9 @@ class ConsumerEngine(RoleEngine):
 
     def _open(self, mfd: int) -> None:
         lay = self.layout
-        self._local = local_fs(lay.directory)  # statfs: here, on the I/O thread
+        # A network or FUSE filesystem: a read may wait on a server, not come from this
+        # host's page cache (statfs: here, on the I/O thread).
+        self._inline = self._inline and local_fs(lay.directory)
         segs = lay.segments()
         on_disk = load_meta(lay.meta_path)
         live = live_record(lay.role_path("producer")) is not None
@@ -366,10 +367,8 @@ class ConsumerEngine(RoleEngine):
             assert self.loop is not None
             self._watch = FileWatch(self.loop, self.layout.role_path("producer"),
                                     on_change=self._on_change)
-            if not (self._watch.inotify and self._local):
-                # Changes are polled for, or the filesystem is a network (or FUSE) one: a
-                # read may wait on a server, not come from this host's page cache.
-                self._inline = False
+            if not self._watch.inotify:
+                self._inline = False  # changes are polled for: no look on the loop
         return self._watch
 
     def _on_change(self) -> None:
